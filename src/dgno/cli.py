@@ -1,0 +1,147 @@
+"""The ``dgno`` command: train, evaluate, summarise and apply models outside Snakemake.
+
+Every sub-command is a thin shell around a package function; errors about user input are
+printed as one line (file, problem, fix) with exit status 2, not as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from dgno.io import InputError
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from dgno.config import load_config
+    from dgno.train import ModelChoice, TrainConfig, train
+
+    cfg = load_config(args.config)
+    settings = TrainConfig.from_dict({**cfg["train"], "seed": cfg["seed"], "device": cfg["device"]})
+    if args.iterations:
+        settings.iterations = args.iterations
+    method = cfg["methods"][args.method] if args.method in cfg["methods"] else {"model": args.method}
+    levels = args.levels or cfg["datasets"].get(Path(args.data).name, {}).get("train_levels")
+    if not levels:
+        raise InputError(f"{args.data}: no --levels given and the config has no dataset of that name. Fix: pass --levels z02 z06")
+    path = train(
+        args.data,
+        args.out,
+        model_choice=ModelChoice(name=method["model"], scale=args.scale or cfg["scale"], overrides=method.get("overrides", {})),
+        levels=levels,
+        cfg=settings,
+    )
+    print(path)
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from dgno.evaluate import evaluate_checkpoint
+
+    summary = evaluate_checkpoint(args.checkpoint, args.data, args.level, args.out, tile=args.tile, overlap=args.overlap, with_lpips=not args.no_lpips)
+    print(json.dumps({k: summary[k] for k in ("method", "level", "n_images", "psnr", "ssim", "lpips", "lpips_source")}, indent=2))
+    return 0
+
+
+def _cmd_summary(args: argparse.Namespace) -> int:
+    from dgno.models.registry import list_models
+    from dgno.summary import summarize
+
+    names = list_models() if args.model == "all" else [args.model]
+    rows = [{"model": n, "scale": args.scale, **summarize(n, scale=args.scale, size=args.size, in_channels=args.channels)} for n in names]
+    if args.json:
+        print(json.dumps(rows if len(rows) > 1 else rows[0], indent=2))
+    else:
+        print(f"{'model':<12} {'scale':<6} {'params (M)':>11} {'GFLOPs @' + str(args.size):>14}")
+        for r in rows:
+            print(f"{r['model']:<12} {r['scale']:<6} {r['params_m']:>11.3f} {r['gflops']:>14.2f}")
+    return 0
+
+
+def _cmd_deblur(args: argparse.Namespace) -> int:
+    from dgno.deblur import deblur_files
+
+    failures = deblur_files(args.inputs, args.output, checkpoint=args.checkpoint, tile=args.tile, overlap=args.overlap, device=args.device)
+    for path, message in failures:
+        print(f"error: {message}", file=sys.stderr)
+    if failures:
+        print(f"{len(failures)} of {len(args.inputs)} file(s) failed", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from dgno.config import load_config
+    from dgno.report.build import build_report
+
+    build_report(load_config(args.config), args.results, args.out)
+    print(args.out)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dgno", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train one method on a dataset directory")
+    p.add_argument("--data", required=True, help="dataset directory (split.csv, gt/, blur/<level>/)")
+    p.add_argument("--out", required=True, help="output directory (model.pt, checkpoint.pt, train_metrics.csv)")
+    p.add_argument("--method", required=True, help="method name from the config, or a registry model name")
+    p.add_argument("--config", default="config.yaml")
+    p.add_argument("--scale", choices=["smoke", "demo", "paper"])
+    p.add_argument("--levels", nargs="+", help="blur levels to train on (default: the config's train_levels)")
+    p.add_argument("--iterations", type=int)
+    p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("evaluate", help="score a trained model on one blur level of a dataset's test split")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--level", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--tile", type=int)
+    p.add_argument("--overlap", type=int, default=32)
+    p.add_argument("--no-lpips", action="store_true")
+    p.set_defaults(func=_cmd_evaluate)
+
+    p = sub.add_parser("summary", help="parameters and FLOPs of a registry model ('all' for every model)")
+    p.add_argument("model")
+    p.add_argument("--scale", choices=["smoke", "demo", "paper"], default="paper")
+    p.add_argument("--size", type=int, default=256)
+    p.add_argument("--channels", type=int, default=1)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_summary)
+
+    p = sub.add_parser("deblur", help="restore your own TIFF/PNG images with a trained model.pt")
+    p.add_argument("inputs", nargs="+", help="image files (8/16-bit grayscale or RGB TIFF/PNG)")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--output", required=True, help="output directory (same file names, same dtype)")
+    p.add_argument("--tile", type=int, default=512, help="tile size for large images (default 512)")
+    p.add_argument("--overlap", type=int, default=64)
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.set_defaults(func=_cmd_deblur)
+
+    p = sub.add_parser("report", help="render the HTML report from a results tree")
+    p.add_argument("--config", default="config.yaml")
+    p.add_argument("--results", default="results")
+    p.add_argument("--out", default="report/index.html")
+    p.set_defaults(func=_cmd_report)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        if type(exc).__name__ == "ConfigError":
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Configuration validation: JSON schema + cross-references, with messages that name the key.
+
+Snakemake's own ``validate`` prints a jsonschema traceback; a user who typed ``flux: jmp``
+deserves one line: which key, what was given, what is allowed. Defaults from the schema are
+filled in so the rules never guess.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """The workflow configuration is invalid; the message names the key and the allowed values."""
+
+
+def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
+    return yaml.safe_load(Path(path).read_text())
+
+
+def _key(path) -> str:
+    return ".".join(str(p) for p in path) or "<top level>"
+
+
+def _resolve(schema: dict, sub: dict) -> dict:
+    ref = sub.get("$ref")
+    if ref and ref.startswith("#/definitions/"):
+        return schema["definitions"][ref.split("/")[-1]]
+    return sub
+
+
+def _message(err: jsonschema.ValidationError, schema: dict) -> str:
+    key = _key(err.absolute_path)
+    if err.validator == "additionalProperties":
+        allowed = sorted(err.schema.get("properties", {}))
+        extra = sorted(set(err.instance) - set(allowed))
+        return f"config key {key + '.' if err.absolute_path else ''}{extra[0]!s}: unknown key; allowed keys here: {', '.join(allowed)}"
+    if err.validator == "enum":
+        return f"config key {key}: {err.instance!r} is not allowed; allowed values: {', '.join(map(str, err.validator_value))}"
+    if err.validator == "required":
+        return f"config key {key}: {err.message}"
+    if err.validator in ("oneOf", "anyOf"):
+        options = []
+        for s in err.validator_value:
+            s = _resolve(schema, s)
+            options.append(repr(s["const"]) if "const" in s else s.get("type", "?"))
+        return f"config key {key}: {err.instance!r} is not allowed; expected one of: {', '.join(map(str, options))}"
+    if err.validator == "pattern":
+        return f"config key {key}: {err.instance!r} must match {err.validator_value} (lower-case letters, digits, _ . -)"
+    return f"config key {key}: {err.message}"
+
+
+def _fill_defaults(instance: Any, sub: dict, schema: dict) -> None:
+    """Insert schema defaults into `instance` in place (objects only, recursively)."""
+    sub = _resolve(schema, sub)
+    if not isinstance(instance, dict):
+        return
+    for name, prop in sub.get("properties", {}).items():
+        prop = _resolve(schema, prop)
+        if name not in instance and "default" in prop:
+            instance[name] = copy.deepcopy(prop["default"])
+        if name in instance:
+            _fill_defaults(instance[name], prop, schema)
+    extra = sub.get("additionalProperties")
+    if isinstance(extra, dict):
+        for name, value in instance.items():
+            if name not in sub.get("properties", {}):
+                _fill_defaults(value, extra, schema)
+
+
+def validate_config(config: dict, schema: dict | None = None) -> dict:
+    """Return a validated copy of `config` with defaults filled; raise ConfigError otherwise."""
+    schema = schema or load_schema()
+    cfg = copy.deepcopy(dict(config))
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), _key(e.absolute_path)))
+    if errors:
+        raise ConfigError("; ".join(_message(e, schema) for e in errors[:5]))
+    _fill_defaults(cfg, schema, schema)
+    _check_references(cfg)
+    return cfg
+
+
+def _check_references(cfg: dict) -> None:
+    """Names used by experiments must exist; levels used for training/testing must be defined."""
+    datasets, methods = cfg["datasets"], cfg["methods"]
+    for name, ds in datasets.items():
+        for which in ("train_levels", "test_levels"):
+            for lvl in ds[which]:
+                if lvl not in ds["levels"]:
+                    raise ConfigError(f"config key datasets.{name}.{which}: level {lvl!r} is not defined; defined levels: {', '.join(ds['levels'])}")
+    for exp, spec in cfg["experiments"].items():
+        for ds in spec.get("datasets", [spec.get("dataset")]):
+            if ds not in datasets:
+                raise ConfigError(f"config key experiments.{exp}: dataset {ds!r} is not defined; defined datasets: {', '.join(datasets)}")
+        for m in spec["methods"]:
+            if m not in methods:
+                raise ConfigError(f"config key experiments.{exp}.methods: method {m!r} is not defined; defined methods: {', '.join(methods)}")
+
+
+def load_config(path: str | Path) -> dict:
+    """Read a YAML config and validate it."""
+    return validate_config(yaml.safe_load(Path(path).read_text()))

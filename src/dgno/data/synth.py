@@ -1,0 +1,215 @@
+"""Procedural test images: fluorescence-like nuclei (with instance labels) and the paper's controlled patterns.
+
+These stand in for BBBC006 when the real data cannot be downloaded (the default demo runs offline),
+and reproduce the paper's controlled synthetic experiment ("filled squares, hollow boxes, and thin
+lines" under a known sigma map). All generators are pure functions of their arguments: every random
+draw comes from ``np.random.default_rng`` seeded by the caller's integer seed, so a seed names an image.
+
+Noise model (nuclei only): y = Poisson(photons · x) / photons + N(0, read_noise²), clipped to [0, 1]
+(shot noise of a camera plus read noise). It is applied to the clean sharp rendering to make the
+ground truth, and — independently drawn — to the clean *blurred* rendering to make a blurred
+observation, because a defocused plane is a new exposure with its own noise; blurring the noisy ground
+truth instead would smooth the noise away and make the degraded image unrealistically clean.
+The controlled patterns are noise-free, as in the paper, where the degradation is exactly the known blur.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import ndimage
+from skimage.draw import line_aa
+
+# Nuclei geometry and photometry (pixels, [0, 1] intensities). Radii are those of BBBC006 U2OS nuclei
+# at 20× (about 15–25 px across); the demo keeps that pixel scale so sigma values mean the same blur.
+NUCLEUS_RADIUS_RANGE = (7.0, 12.0)  # mean semi-axis
+NUCLEUS_ASPECT_RANGE = (1.0, 1.6)  # long / short axis
+NUCLEUS_BRIGHTNESS_RANGE = (0.3, 0.9)
+BOUNDARY_WOBBLE = 0.05  # max amplitude of each of the harmonics 2..5 of the boundary radius
+EDGE_WIDTH = 0.7  # px, logistic width of the intensity edge
+BACKGROUND_RANGE = (0.03, 0.06)
+PHOTONS = 1000.0  # expected photon count at intensity 1
+READ_NOISE = 0.005
+
+_STREAM_SCENE, _STREAM_NOISE = 0, 1  # independent random streams derived from one seed
+
+Seed = int | Sequence[int]
+
+
+def _check_size(size: Sequence[int]) -> tuple[int, int]:
+    h, w = (int(v) for v in size)
+    if h < 8 or w < 8:
+        raise ValueError(f"size={tuple(size)!r}: both sides must be >= 8 pixels")
+    return h, w
+
+
+def add_camera_noise(
+    image: np.ndarray, *, seed: Seed, photons: float = PHOTONS, read_noise: float = READ_NOISE
+) -> np.ndarray:
+    """y = clip(Poisson(photons · x) / photons + N(0, read_noise²), 0, 1), float32.
+
+    Shot noise grows with brightness (variance x / photons), which is what distinguishes fluorescence
+    from additive-noise models; the small Gaussian term is the camera's read noise on the dark background.
+    """
+    rng = np.random.default_rng(seed)
+    x = np.clip(np.asarray(image, dtype=np.float64), 0.0, 1.0)
+    y = rng.poisson(x * photons) / photons + rng.normal(0.0, read_noise, x.shape)
+    return np.clip(y, 0.0, 1.0).astype(np.float32)
+
+
+def _chromatin(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+    """Band-pass noise (difference of Gaussians at 1 and 2.5 px), unit std: granular chromatin texture."""
+    white = rng.standard_normal(shape)
+    band = ndimage.gaussian_filter(white, 1.0, mode="wrap") - ndimage.gaussian_filter(white, 2.5, mode="wrap")
+    return band / band.std()
+
+
+def render_nuclei(
+    size: tuple[int, int] = (256, 256), *, n_nuclei: int, seed: int, noise: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """image = background + Σ_i b_i · m_i · dome_i · texture_i (+ camera noise); labels_i = {m_i ≥ ½}.
+
+    Each nucleus is an ellipse (semi-axes a, b, random orientation) whose boundary radius wobbles,
+    ρ_boundary(θ) = 1 + Σ_{k=2..5} c_k cos(kθ + φ_k) in ellipse-normalised coordinates; the soft mask
+    m = logistic(signed distance / EDGE_WIDTH) gives the smooth intensity falloff of a fluorescent
+    object, the dome a slightly brighter centre, and the texture band-pass "chromatin" plus a few bright
+    chromocentre spots. Nuclei are placed by rejection sampling so their masks never overlap (they may
+    nearly touch), which keeps the instance labels unambiguous; fewer than n_nuclei are placed when the
+    field is too crowded. Each label is the connected part of {m ≥ ½} containing the nucleus centre,
+    so every label id is one connected region, and lies where the clean image is well above background.
+
+    noise=True applies ``add_camera_noise`` (seeded from `seed`); noise=False returns the clean rendering
+    (the demo blurs that and then adds noise, see the module docstring).
+    Returns (image float32 (H, W) in [0, 1], labels uint16 (H, W), 0 = background, ids 1..n).
+    """
+    h, w = _check_size(size)
+    if n_nuclei < 0:
+        raise ValueError(f"n_nuclei={n_nuclei!r}: must be >= 0")
+    rng = np.random.default_rng([seed, _STREAM_SCENE])
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
+
+    # Background: offset plus a gentle linear illumination gradient (±10 %).
+    level = rng.uniform(*BACKGROUND_RANGE)
+    gy, gx = rng.uniform(-0.1, 0.1, 2)
+    image = level * (1.0 + 2 * gy * (yy / h - 0.5) + 2 * gx * (xx / w - 0.5))
+    labels = np.zeros((h, w), dtype=np.uint16)
+    chromatin = _chromatin(rng, (h, w))
+
+    placed: list[tuple[float, float, float]] = []  # (cy, cx, outer radius)
+    attempts = 0
+    while len(placed) < n_nuclei and attempts < 200 * max(n_nuclei, 1):
+        attempts += 1
+        rbar = rng.uniform(*NUCLEUS_RADIUS_RANGE)
+        aspect = rng.uniform(*NUCLEUS_ASPECT_RANGE)
+        a, b = rbar * np.sqrt(aspect), rbar / np.sqrt(aspect)
+        coef = rng.uniform(0.0, BOUNDARY_WOBBLE, 4)
+        phase = rng.uniform(0.0, 2 * np.pi, 4)
+        angle = rng.uniform(0.0, np.pi)
+        outer = a * (1.0 + coef.sum()) + 3 * EDGE_WIDTH
+        cy, cx = rng.uniform(0, h), rng.uniform(0, w)
+        if any(np.hypot(cy - py, cx - px) < outer + pr + 1.0 for py, px, pr in placed):
+            continue
+        placed.append((cy, cx, outer))
+
+        # Work in the nucleus's bounding box only.
+        r = int(np.ceil(outer)) + 2
+        y0, y1, x0, x1 = max(int(cy) - r, 0), min(int(cy) + r + 1, h), max(int(cx) - r, 0), min(int(cx) + r + 1, w)
+        dy, dx = yy[y0:y1, x0:x1] - cy, xx[y0:y1, x0:x1] - cx
+        u = (dx * np.cos(angle) + dy * np.sin(angle)) / a  # ellipse-normalised coordinates
+        v = (-dx * np.sin(angle) + dy * np.cos(angle)) / b
+        rho, theta = np.hypot(u, v), np.arctan2(v, u)
+        boundary = 1.0 + sum(c * np.cos(k * theta + p) for k, c, p in zip(range(2, 6), coef, phase))
+        signed = (boundary - rho) * rbar  # ≈ distance to the boundary in px, > 0 inside
+        with np.errstate(over="ignore"):
+            soft = 1.0 / (1.0 + np.exp(-signed / EDGE_WIDTH))
+        dome = 1.0 - 0.3 * np.clip(rho / boundary, 0.0, 1.0) ** 2
+
+        texture = np.clip(1.0 + rng.uniform(0.1, 0.25) * chromatin[y0:y1, x0:x1], 0.6, None)
+        for _ in range(rng.integers(0, 5)):  # chromocentres: small bright spots well inside
+            sr, st = 0.6 * np.sqrt(rng.uniform()), rng.uniform(0, 2 * np.pi)
+            su, sv = sr * np.cos(st), sr * np.sin(st)
+            spot_sigma = rng.uniform(0.8, 1.5)
+            d2 = ((u - su) * a) ** 2 + ((v - sv) * b) ** 2
+            texture += rng.uniform(0.15, 0.4) * np.exp(-d2 / (2 * spot_sigma**2))
+
+        image[y0:y1, x0:x1] += rng.uniform(*NUCLEUS_BRIGHTNESS_RANGE) * soft * dome * texture
+        comp, _ = ndimage.label(signed >= 0)
+        centre = comp[int(cy) - y0, int(cx) - x0]
+        inside = comp == centre if centre > 0 else np.zeros_like(signed, dtype=bool)
+        labels[y0:y1, x0:x1][inside] = len(placed)
+
+    # Ids stay consecutive even if a (border-clipped) nucleus ended up without label pixels.
+    present = np.unique(labels[labels > 0])
+    relabel = np.zeros(len(placed) + 1, dtype=np.uint16)
+    relabel[present] = np.arange(1, present.size + 1, dtype=np.uint16)
+    labels = relabel[labels]
+
+    image = np.clip(image, 0.0, 1.0).astype(np.float32)
+    if noise:
+        image = add_camera_noise(image, seed=[seed, _STREAM_NOISE])
+    return image, labels
+
+
+def render_shapes(size: tuple[int, int] = (256, 256), *, seed: int) -> np.ndarray:
+    """max(background, filled squares, hollow boxes, thin lines): the paper's controlled sharp patterns.
+
+    Counts, positions, sizes and intensities are random: 2–4 filled squares and 2–4 hollow boxes
+    (1–3 px walls), axis-aligned, with sides 6–25 % of the short image side, and 3–6 straight
+    anti-aliased 1-px lines at random angles; intensities 0.4–1 on a dark background 0–0.05.
+    Shapes combine by maximum, so overlaps stay in [0, 1] and keep their edges. Noise-free on purpose:
+    the experiment isolates the known blur. Returns float32 (H, W) in [0, 1].
+    """
+    h, w = _check_size(size)
+    rng = np.random.default_rng([seed, _STREAM_SCENE])
+    short = min(h, w)
+    image = np.full((h, w), rng.uniform(0.0, 0.05))
+
+    def box(size_frac: tuple[float, float], square: bool) -> tuple[int, int, int, int]:
+        bh = max(3, int(rng.uniform(*size_frac) * short))
+        bw = bh if square else max(3, int(rng.uniform(*size_frac) * short))
+        y0, x0 = int(rng.integers(0, h - bh + 1)), int(rng.integers(0, w - bw + 1))
+        return y0, x0, bh, bw
+
+    for _ in range(rng.integers(2, 5)):  # filled squares
+        y0, x0, bh, bw = box((0.06, 0.25), square=True)
+        patch = image[y0 : y0 + bh, x0 : x0 + bw]
+        np.maximum(patch, rng.uniform(0.4, 1.0), out=patch)
+    for _ in range(rng.integers(2, 5)):  # hollow boxes
+        y0, x0, bh, bw = box((0.1, 0.3), square=False)
+        t = int(rng.integers(1, 4))
+        wall = np.ones((bh, bw), dtype=bool)
+        wall[t : bh - t, t : bw - t] = False
+        patch = image[y0 : y0 + bh, x0 : x0 + bw]
+        patch[wall] = np.maximum(patch[wall], rng.uniform(0.4, 1.0))
+    for _ in range(rng.integers(3, 7)):  # thin lines, at least a fifth of the short side long
+        while True:
+            r0, c0, r1, c1 = rng.integers(0, h), rng.integers(0, w), rng.integers(0, h), rng.integers(0, w)
+            if np.hypot(r1 - r0, c1 - c0) >= 0.2 * short:
+                break
+        rr, cc, val = line_aa(int(r0), int(c0), int(r1), int(c1))
+        ok = (rr >= 0) & (rr < h) & (cc >= 0) & (cc < w)
+        rr, cc, val = rr[ok], cc[ok], val[ok]
+        image[rr, cc] = np.maximum(image[rr, cc], rng.uniform(0.4, 1.0) * val)
+    return np.clip(image, 0.0, 1.0).astype(np.float32)
+
+
+def defocus_sigma_range(dz: float, *, sigma_per_plane: float = 0.5, relative_spread: float = 0.2) -> tuple[float, float]:
+    """(lo, hi) = σ_c · (1 − s, 1 + s), σ_c = sigma_per_plane · dz: blur standing in for BBBC006 plane |z − 16| = dz.
+
+    STAND-IN, not a calibration. BBBC006 planes are 2 µm apart with z = 16 in focus; in geometric
+    optics the defocus blur width grows linearly with the distance from focus, so a Gaussian with σ
+    proportional to dz is the usual first-order stand-in, and the ±s spread stands for field-dependent
+    focus (tilt, field curvature) that makes a real plane spatially varying. With the defaults the
+    paper's training planes z = 2, 6, 10 (dz = 14, 10, 6) get σ ranges 5.6–8.4, 4–6 and 2.4–3.6 px and the
+    generalisation planes z = 1, 5, 13 (dz = 15, 11, 3) get 6–9, 4.4–6.6 and 1.2–1.8 px — the same
+    pixel scale as BBBC006 at 696×520, inside the paper's 0.6–13 px range. dz = 0 gives (0, 0): no blur.
+    """
+    if not dz >= 0:
+        raise ValueError(f"dz={dz!r}: must be >= 0 (it is |z - 16|)")
+    if sigma_per_plane <= 0:
+        raise ValueError(f"sigma_per_plane={sigma_per_plane!r}: must be > 0")
+    if not 0 <= relative_spread < 1:
+        raise ValueError(f"relative_spread={relative_spread!r}: must be in [0, 1)")
+    centre = sigma_per_plane * float(dz)
+    return centre * (1.0 - relative_spread), centre * (1.0 + relative_spread)

@@ -1,0 +1,168 @@
+"""Reading and writing images and results files, with errors a user can act on.
+
+Every reader here raises :class:`InputError` naming the file, the problem and the fix,
+because a training job that dies after an hour on an unreadable TIFF is the most
+expensive way to learn about it. Every writer is atomic (temporary file + rename), so
+an interrupted job never leaves a file that Snakemake would take as complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+IMAGE_SUFFIXES = (".tif", ".tiff", ".png", ".jpg", ".jpeg")
+
+
+class InputError(ValueError):
+    """A user-supplied file is missing, unreadable or unsuitable; the message says which and how to fix it."""
+
+
+def _fail(path: Path | str, problem: str, fix: str) -> InputError:
+    return InputError(f"{path}: {problem}. Fix: {fix}")
+
+
+def read_raw_image(path: str | Path) -> np.ndarray:
+    """Read an image file as stored (dtype and value range untouched).
+
+    TIFFs go through tifffile (16-bit microscopy data), other formats through scikit-image.
+    Raises InputError for a missing, empty, truncated or non-image file.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise _fail(path, "file does not exist", "check the path or re-run the rule that produces it")
+    if path.stat().st_size == 0:
+        raise _fail(path, "file is empty (0 bytes)", "delete it and re-run the step that writes it")
+    suffix = path.suffix.lower()
+    if suffix not in IMAGE_SUFFIXES:
+        raise _fail(path, f"unsupported image type {suffix!r}", f"use one of {', '.join(IMAGE_SUFFIXES)}")
+    try:
+        if suffix in (".tif", ".tiff"):
+            import tifffile
+
+            arr = tifffile.imread(path)
+        else:
+            import skimage.io
+
+            arr = skimage.io.imread(path)
+    except Exception as exc:  # noqa: BLE001 - every decoder failure means the same thing to the user
+        raise _fail(
+            path, f"cannot be decoded as an image ({type(exc).__name__}: {exc})", "the file is truncated or not an image; replace it"
+        ) from exc
+    arr = np.asarray(arr)
+    if arr.size == 0:
+        raise _fail(path, "cannot be decoded as an image (no pixel data found)", "the file is truncated or not an image; replace it")
+    if arr.ndim not in (2, 3):
+        raise _fail(path, f"expected a 2-D grayscale or (H, W, C) image, got shape {arr.shape}", "export a single 2-D plane")
+    return arr
+
+
+def to_unit_float(arr: np.ndarray, *, path: str | Path = "<array>", normalise: str = "dtype") -> np.ndarray:
+    """Convert a stored image to float32 in [0, 1].
+
+    normalise="dtype" divides integers by their dtype maximum (keeps relative intensities between
+    files); normalise="minmax" rescales each image to its own [min, max], which is the BBBC006
+    protocol of the paper (per-image min-max of 16-bit data). Float inputs must already lie in [0, 1].
+    NaN or infinite values are rejected: they would silently poison every loss and metric.
+    """
+    if arr.dtype.kind in "ui":
+        out = arr.astype(np.float32)
+        if normalise == "dtype":
+            out /= float(np.iinfo(arr.dtype).max)
+    elif arr.dtype.kind == "f":
+        out = arr.astype(np.float32)
+        if not np.all(np.isfinite(out)):
+            n_bad = int((~np.isfinite(out)).sum())
+            raise _fail(path, f"contains {n_bad} NaN/inf pixel(s)", "clean the image or regenerate it")
+    elif arr.dtype.kind == "b":
+        out = arr.astype(np.float32)
+    else:
+        raise _fail(path, f"unsupported pixel type {arr.dtype}", "save it as 8/16-bit integer or float32")
+    if normalise == "minmax":
+        lo, hi = float(out.min()), float(out.max())
+        out = (out - lo) / (hi - lo) if hi > lo else np.zeros_like(out)
+    elif normalise != "dtype":
+        raise ValueError(f"normalise={normalise!r}; allowed: 'dtype', 'minmax'")
+    if arr.dtype.kind == "f" and (out.min() < -1e-3 or out.max() > 1 + 1e-3):
+        raise _fail(path, f"float image outside [0, 1] (min {out.min():.3g}, max {out.max():.3g})", "rescale to [0, 1]")
+    return np.clip(out, 0.0, 1.0)
+
+
+def read_image(path: str | Path, *, normalise: str = "dtype", min_size: int = 1) -> np.ndarray:
+    """Read an image as float32 in [0, 1], (H, W) for grayscale or (H, W, C).
+
+    min_size: the smallest allowed height/width; models with p×p elements need at least one element.
+    """
+    arr = read_raw_image(path)
+    if arr.ndim == 3 and arr.shape[-1] not in (1, 3, 4) and arr.shape[0] in (1, 3):
+        arr = np.moveaxis(arr, 0, -1)  # channel-first TIFF
+    if arr.ndim == 3 and arr.shape[-1] == 1:
+        arr = arr[..., 0]
+    if arr.ndim == 3 and arr.shape[-1] == 4:
+        arr = arr[..., :3]  # drop alpha
+    h, w = arr.shape[:2]
+    if min(h, w) < min_size:
+        raise _fail(path, f"image is {h}×{w}, smaller than the minimum {min_size}×{min_size}", "use a larger image")
+    return to_unit_float(arr, path=path, normalise=normalise)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + path.suffix, dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Write JSON atomically, with stable key order for diff-friendly results files."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def read_json(path: str | Path) -> Any:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise _fail(path, "file does not exist", "re-run the rule that produces it") from None
+    except json.JSONDecodeError as exc:
+        raise _fail(path, f"not valid JSON ({exc})", "delete it and re-run the rule that produces it") from exc
+
+
+def write_tiff(path: str | Path, image: np.ndarray) -> None:
+    """Write a TIFF atomically (tifffile), keeping the array's dtype."""
+    import tifffile
+
+    with atomic_path(path) as tmp:
+        tifffile.imwrite(tmp, image)
+
+
+def write_csv(path: str | Path, frame: "Any") -> None:
+    """Write a pandas DataFrame as CSV atomically."""
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)

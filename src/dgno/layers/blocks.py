@@ -1,0 +1,178 @@
+"""Convolutional primitives of the DGNO network: resampling, shallow inputs, lifting blocks.
+
+Also holds the small encoder-block registry, so the lifting encoder can use the light
+``"conv"`` block (CPU demo) or MambaIRv2's ``"assm"`` block (paper) without the network
+knowing either class.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def pad_to_multiple(x: Tensor, multiple: int) -> Tensor:
+    """Pad ``x`` (B, C, H, W) at the bottom/right so H and W become multiples of ``multiple``.
+
+    Reflect padding: the padded pixels mirror real content, so statistics computed
+    over a partly padded region (LayerNorm'd keys/values, Kᵀ V sums, conv receptive
+    fields) stay close to those of the image instead of being pulled towards the
+    zero/bias response of an artificial black border.  Reflection needs the pad to be
+    smaller than the side; for tiny inputs that are not, replicate padding is used.
+    """
+    h, w = x.shape[-2:]
+    ph, pw = (-h) % multiple, (-w) % multiple
+    if ph == 0 and pw == 0:
+        return x
+    mode = "reflect" if ph < h and pw < w else "replicate"
+    return F.pad(x, (0, pw, 0, ph), mode=mode)
+
+
+class LayerNorm2d(nn.Module):
+    """y = γ (x − μ_c) / σ_c + β over the channel axis of (B, C, H, W).
+
+    Per-pixel channel normalisation (as in Restormer/NAFNet), so it is independent of
+    the image size and of batch statistics.
+    """
+
+    def __init__(self, dim: int, *, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = F.layer_norm(x.permute(0, 2, 3, 1), x.shape[1:2], self.weight, self.bias, self.eps)  # (B, H, W, C)
+        return y.permute(0, 3, 1, 2)
+
+
+class Downsample(nn.Module):
+    """(B, C_in, H, W) → (B, C_out, H/2, W/2): 3×3 conv to C_out/4, then PixelUnshuffle(2).
+
+    Moving pixels into channels halves the resolution without discarding any sample
+    (unlike strided conv or pooling), which matters for fine cellular detail.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__()
+        if out_channels % 4:
+            raise ValueError(f"Downsample out_channels must be divisible by 4, got {out_channels}")
+        self.body = nn.Sequential(
+            nn.Conv2d(in_channels, out_channels // 4, 3, padding=1, bias=False),
+            nn.PixelUnshuffle(2),
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.body(x)
+
+
+class Upsample(nn.Module):
+    """(B, C_in, H, W) → (B, C_out, 2H, 2W): 3×3 conv to 4·C_out, then PixelShuffle(2).
+
+    The sub-pixel convolution learns the upsampling instead of interpolating it.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(in_channels, 4 * out_channels, 3, padding=1, bias=False),
+            nn.PixelShuffle(2),
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.body(x)
+
+
+class ShallowInput(nn.Module):
+    """f' = Conv3×3([f, S(x_s)]): fuse a resized input image x_s into encoder features f.
+
+    S is a MIMO-UNet-style shallow conv stack (3×3 → 1×1 → 3×3 → 1×1, the raw image
+    concatenated back at the end), giving the coarse encoder levels direct access to
+    the blurred image at their own scale rather than only through the strided path.
+    Shapes: f (B, dim, h, w), x_s (B, in_channels, h, w) → (B, dim, h, w).
+    """
+
+    def __init__(self, *, in_channels: int, dim: int) -> None:
+        super().__init__()
+        if dim <= in_channels or dim % 4:
+            raise ValueError(f"ShallowInput dim must be a multiple of 4 larger than in_channels, got {dim}")
+        q, h = dim // 4, dim // 2
+        self.shallow = nn.Sequential(
+            nn.Conv2d(in_channels, q, 3, padding=1),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(q, h, 1),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(h, h, 3, padding=1),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(h, dim - in_channels, 1),
+            nn.ReLU(inplace=True),
+        )
+        self.mix = nn.Conv2d(dim, dim, 1)  # mixes the learned maps with the raw image
+        self.fuse = nn.Conv2d(2 * dim, dim, 3, padding=1)
+
+    def forward(self, feat: Tensor, image: Tensor) -> Tensor:
+        s = self.mix(torch.cat([self.shallow(image), image], dim=1))  # (B, dim, h, w)
+        return self.fuse(torch.cat([feat, s], dim=1))
+
+
+class ConvBlock(nn.Module):
+    """x ← x + W_out(GELU(a) ⊙ b),  [a, b] = DWConv3×3(W_in(LN(x))).
+
+    A light gated residual conv block (GDFN-like, expansion 2): the depth-wise 3×3
+    gives local spatial context at negligible cost, the gate gives the non-linearity.
+    Used as the CPU-friendly lifting block in place of MambaIRv2's ASSM.
+    """
+
+    def __init__(self, dim: int, *, expansion: float = 2.0) -> None:
+        super().__init__()
+        hidden = int(dim * expansion)
+        self.norm = LayerNorm2d(dim)
+        self.proj_in = nn.Conv2d(dim, 2 * hidden, 1)
+        self.dwconv = nn.Conv2d(2 * hidden, 2 * hidden, 3, padding=1, groups=2 * hidden)
+        self.proj_out = nn.Conv2d(hidden, dim, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        a, b = self.dwconv(self.proj_in(self.norm(x))).chunk(2, dim=1)  # 2 × (B, hidden, H, W)
+        return x + self.proj_out(F.gelu(a) * b)
+
+
+ENCODER_BLOCKS: dict[str, Callable[[int], nn.Module]] = {}
+
+# Blocks that live in optional modules, imported only when asked for (the module
+# registers itself on import).
+_LAZY_ENCODER_MODULES: dict[str, str] = {"assm": "dgno.layers.mambair"}
+
+
+def register_encoder_block(name: str) -> Callable[[Callable[[int], nn.Module]], Callable[[int], nn.Module]]:
+    """Decorator: ``ENCODER_BLOCKS[name] = factory`` where ``factory(dim) -> nn.Module``."""
+
+    def deco(factory: Callable[[int], nn.Module]) -> Callable[[int], nn.Module]:
+        if name in ENCODER_BLOCKS and ENCODER_BLOCKS[name] is not factory:
+            raise ValueError(f"encoder block {name!r} is already registered")
+        ENCODER_BLOCKS[name] = factory
+        return factory
+
+    return deco
+
+
+register_encoder_block("conv")(ConvBlock)
+
+
+def make_encoder_block(kind: str, dim: int) -> nn.Module:
+    """Build one lifting-encoder block ``kind`` with ``dim`` channels (shape-preserving)."""
+    if kind not in ENCODER_BLOCKS and kind in _LAZY_ENCODER_MODULES:
+        module = _LAZY_ENCODER_MODULES[kind]
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if err.name != module:
+                raise
+            raise ValueError(f"encoder block {kind!r} needs module {module}, which is not available") from err
+    if kind not in ENCODER_BLOCKS:
+        allowed = sorted(set(ENCODER_BLOCKS) | set(_LAZY_ENCODER_MODULES))
+        raise ValueError(f"unknown encoder block {kind!r}; allowed: {', '.join(map(repr, allowed))}")
+    return ENCODER_BLOCKS[kind](dim)

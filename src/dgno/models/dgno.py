@@ -1,0 +1,142 @@
+"""DGNO network: lifting encoder → T operator layers per decoder scale → pointwise projection.
+
+    z_0 = P(x)                          lifting: 4-level encoder (blocks of kind ``encoder_block``)
+    z_{t+1} = σ(W z_t + K z_t)          T operator layers (GG, LG or DG) at 1/4, 1/2 and 1
+    s_k = Conv3×3(z_T^k) + x↓k          projection + resized input, k ∈ {1/4, 1/2, 1}
+
+The operator layer is a constructor argument (``operator`` = "gg" | "lg" | "dg" plus
+``operator_kwargs``), so the GG/LG/DG comparison of the paper changes one argument and
+nothing else in the network.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from dgno.layers.blocks import Downsample, ShallowInput, Upsample, make_encoder_block, pad_to_multiple
+from dgno.layers.flux import check_choice
+from dgno.layers.operator import OPERATOR_LAYERS, OperatorName, make_operator_layer
+
+
+def _resize(x: Tensor, factor: int) -> Tensor:
+    """Bilinear downsampling by an integer ``factor`` (identity for 1); the input at coarse scales."""
+    if factor == 1:
+        return x
+    return F.interpolate(x, scale_factor=1.0 / factor, mode="bilinear", align_corners=False)
+
+
+class DGNO(nn.Module):
+    """Multi-scale neural operator for defocus deblurring; forward(x) → [s_1/4, s_1/2, s_1].
+
+    Encoder (lifting): 3×3 stem, then 4 levels of ``encoder_blocks[i]`` blocks with
+    ``encoder_channels[i]`` channels at 1, 1/2, 1/4, 1/8; Downsample between levels; the
+    bilinearly resized input is fused in at 1/2 and 1/4 by ``ShallowInput``.
+    Decoder at 1/4, 1/2, 1: Upsample, concat the encoder skip, 1×1 conv to
+    ``decoder_channels[i]``, ``num_layers`` (T) operator layers with ``heads`` heads,
+    then a 3×3 conv head plus the resized input.
+
+    Sizes: x (B, in_channels, H, W) with any H, W.  It is reflect-padded at the
+    bottom/right to a multiple of M = lcm(8, 4p) (p = element size; M = 8 for "gg"):
+    8 for the three stride-2 levels, 4p so that the p×p elements tile the 1/4, 1/2 and
+    full-resolution grids exactly and element borders line up across scales.  Outputs
+    are cropped back to (ceil(H/4), ceil(W/4)), (ceil(H/2), ceil(W/2)) and (H, W): the
+    top-left part of the padded grid that covers the real image.  Compare the coarse
+    outputs with targets resized to those sizes.
+    """
+
+    def __init__(
+        self,
+        *,
+        in_channels: int = 1,
+        encoder_block: str = "conv",
+        encoder_channels: Sequence[int] = (48, 96, 192, 384),
+        encoder_blocks: Sequence[int] = (2, 4, 6, 2),
+        decoder_channels: Sequence[int] = (192, 96, 48),
+        operator: OperatorName = "dg",
+        operator_kwargs: Mapping[str, Any] | None = None,
+        heads: int = 16,
+        num_layers: int = 2,
+    ) -> None:
+        super().__init__()
+        check_choice("operator", operator, tuple(OPERATOR_LAYERS))
+        operator_kwargs = dict(operator_kwargs or {})
+        if len(encoder_channels) != 4 or len(encoder_blocks) != 4 or len(decoder_channels) != 3:
+            raise ValueError(
+                "need 4 encoder_channels, 4 encoder_blocks and 3 decoder_channels, got "
+                f"{list(encoder_channels)}, {list(encoder_blocks)}, {list(decoder_channels)}"
+            )
+        self.hparams: dict[str, Any] = {
+            "in_channels": in_channels,
+            "encoder_block": encoder_block,
+            "encoder_channels": list(encoder_channels),
+            "encoder_blocks": list(encoder_blocks),
+            "decoder_channels": list(decoder_channels),
+            "operator": operator,
+            "operator_kwargs": dict(operator_kwargs),
+            "heads": heads,
+            "num_layers": num_layers,
+        }
+        c1, c2, c3, c4 = encoder_channels
+        d1, d2, d3 = decoder_channels  # at 1/4, 1/2, 1
+
+        def stage(dim: int, n: int) -> nn.Sequential:
+            return nn.Sequential(*(make_encoder_block(encoder_block, dim) for _ in range(n)))
+
+        def operators(dim: int) -> nn.Sequential:
+            return nn.Sequential(
+                *(make_operator_layer(operator, dim=dim, heads=heads, **operator_kwargs) for _ in range(num_layers))
+            )
+
+        # lifting encoder
+        self.stem = nn.Conv2d(in_channels, c1, 3, padding=1)
+        self.enc1 = stage(c1, encoder_blocks[0])
+        self.down1 = Downsample(c1, c2)
+        self.shallow2 = ShallowInput(in_channels=in_channels, dim=c2)
+        self.enc2 = stage(c2, encoder_blocks[1])
+        self.down2 = Downsample(c2, c3)
+        self.shallow4 = ShallowInput(in_channels=in_channels, dim=c3)
+        self.enc3 = stage(c3, encoder_blocks[2])
+        self.down3 = Downsample(c3, c4)
+        self.enc4 = stage(c4, encoder_blocks[3])
+        # decoder: upsample, concat skip, 1×1 reduce, T operator layers, projection head
+        self.up4 = Upsample(c4, c3)
+        self.reduce4 = nn.Conv2d(2 * c3, d1, 1)
+        self.ops4 = operators(d1)
+        self.head4 = nn.Conv2d(d1, in_channels, 3, padding=1)
+        self.up2 = Upsample(d1, c2)
+        self.reduce2 = nn.Conv2d(2 * c2, d2, 1)
+        self.ops2 = operators(d2)
+        self.head2 = nn.Conv2d(d2, in_channels, 3, padding=1)
+        self.up1 = Upsample(d2, c1)
+        self.reduce1 = nn.Conv2d(2 * c1, d3, 1)
+        self.ops1 = operators(d3)
+        self.head1 = nn.Conv2d(d3, in_channels, 3, padding=1)
+
+        # element size as the built layers resolved it (GG has none: its element is the image)
+        p = getattr(self.ops1[0], "element_size", 1) if num_layers else 1
+        self.pad_multiple = math.lcm(8, 4 * p)
+
+    def forward(self, x: Tensor) -> list[Tensor]:
+        h, w = x.shape[-2:]
+        xp = pad_to_multiple(x, self.pad_multiple)  # (B, Cin, Hp, Wp)
+        x2, x4 = _resize(xp, 2), _resize(xp, 4)  # (B, Cin, Hp/2, Wp/2), (B, Cin, Hp/4, Wp/4)
+
+        s1 = self.enc1(self.stem(xp))  # (B, c1, Hp, Wp)
+        s2 = self.enc2(self.shallow2(self.down1(s1), x2))  # (B, c2, Hp/2, Wp/2)
+        s3 = self.enc3(self.shallow4(self.down2(s2), x4))  # (B, c3, Hp/4, Wp/4)
+        s4 = self.enc4(self.down3(s3))  # (B, c4, Hp/8, Wp/8)
+
+        z4 = self.ops4(self.reduce4(torch.cat([self.up4(s4), s3], dim=1)))  # (B, d1, Hp/4, Wp/4)
+        z2 = self.ops2(self.reduce2(torch.cat([self.up2(z4), s2], dim=1)))  # (B, d2, Hp/2, Wp/2)
+        z1 = self.ops1(self.reduce1(torch.cat([self.up1(z2), s1], dim=1)))  # (B, d3, Hp, Wp)
+
+        out4 = (self.head4(z4) + x4)[..., : -(-h // 4), : -(-w // 4)]
+        out2 = (self.head2(z2) + x2)[..., : -(-h // 2), : -(-w // 2)]
+        out1 = (self.head1(z1) + xp)[..., :h, :w]
+        return [out4, out2, out1]

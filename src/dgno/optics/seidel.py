@@ -1,0 +1,254 @@
+"""Seidel aberrations → point-spread functions (PSFs) at any field position.
+
+Wavefront error in waves at the normalised pupil point u = (u_x, u_y), ρ = |u| ≤ 1, for a point source at
+the normalised field position h = (h_x, h_y), H = |h|, with θ the pupil angle measured from the direction
+of h (so ρ cos θ = u·h / H)::
+
+    W(u; h) = W040 ρ⁴ + W131 H ρ³ cos θ + W222 H² ρ² cos²θ + W220 H² ρ² + W311 H³ ρ cos θ + W020 ρ²
+            = W040 ρ⁴ + W131 ρ² (u·h) + W222 (u·h)² + W220 |h|² ρ² + W311 |h|² (u·h) + W020 ρ²
+
+The second line is what the code evaluates: it has no division by H, so it is smooth at the optical axis
+and differentiable in the coefficients and in h.  The pupil function is P(u) = A(u) exp(2πi W(u; h)) with
+A the clear circular aperture, and the PSF is its far field, PSF(d) ∝ |F[P](d)|², normalised to unit sum
+over the pixel grid.
+
+Sampling.  The PSF is computed on an M×M pixel grid (M = ``size``, odd, centred at index M // 2) from a
+pupil sampled on the same M×M grid with radius R = M / (2q) samples, where q (``oversampling``) is the
+number of image pixels per diffraction unit λ/D: the Airy core's first zero lies at 1.22 q px, and q = 2 is
+Nyquist sampling of the intensity.  A ray leaving the pupil at u lands 2q ∇W(u) px from the paraxial image
+point, which sets how large M must be (:func:`suggest_psf_size`).  A pupil tilt of s/(2q)·u waves shifts the
+PSF by s px, which is how sub-pixel source positions enter (``shift``).
+
+Positive W311 moves the image of an off-axis point outward (pincushion), positive W131 puts the coma flare
+on the outward side.  The PSF is unchanged when all even terms (W040, W222, W220, W020) flip sign together:
+an in-focus intensity image cannot tell a wavefront from its mirror image (see ``calibration``).
+
+Tiers, as in deepinv: pure functions (:func:`seidel_wavefront`, :func:`seidel_psf`), the operator that
+holds PSF spectra as buffers lives in ``ring.RingBlur``, and :class:`SeidelGenerator` draws coefficients.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+SEIDEL_NAMES: tuple[str, ...] = ("W040", "W131", "W222", "W220", "W311", "W020")
+EVEN_TERMS: tuple[str, ...] = ("W040", "W222", "W220", "W020")  # flip together without changing the PSF
+
+
+@dataclass(frozen=True)
+class SeidelCoefficients:
+    """Seidel wavefront coefficients in waves (see the module equation)."""
+
+    W040: float = 0.0  # spherical aberration, ρ⁴
+    W131: float = 0.0  # coma, H ρ³ cos θ
+    W222: float = 0.0  # astigmatism, H² ρ² cos²θ
+    W220: float = 0.0  # field curvature, H² ρ²
+    W311: float = 0.0  # distortion, H³ ρ cos θ
+    W020: float = 0.0  # defocus, ρ²
+
+    def as_tensor(self, *, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None) -> Tensor:
+        """The coefficients as a (6,) tensor in the order of ``SEIDEL_NAMES``."""
+        return torch.tensor([getattr(self, n) for n in SEIDEL_NAMES], dtype=dtype, device=device)
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: float(v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_tensor(cls, t: Tensor | Sequence[float]) -> "SeidelCoefficients":
+        """Inverse of :meth:`as_tensor`; `t` has shape (6,)."""
+        values = [float(v) for v in (t.detach().cpu().tolist() if isinstance(t, Tensor) else t)]
+        if len(values) != len(SEIDEL_NAMES):
+            raise ValueError(f"expected {len(SEIDEL_NAMES)} coefficients {SEIDEL_NAMES}, got {len(values)}")
+        return cls(*values)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, float]) -> "SeidelCoefficients":
+        """Build from a mapping; unknown keys raise so a typo ("W13") cannot silently become zero."""
+        unknown = set(d) - set(SEIDEL_NAMES)
+        if unknown:
+            raise ValueError(f"unknown Seidel coefficient(s) {sorted(unknown)}; allowed: {', '.join(SEIDEL_NAMES)}")
+        return cls(**{k: float(v) for k, v in d.items()})
+
+    def canonical(self) -> "SeidelCoefficients":
+        """The same PSFs with the even terms' sign chosen so the largest-magnitude even term is ≥ 0.
+
+        P(−W_even, W_odd) gives exactly the PSF of P(W_even, W_odd) (conjugation mirrors the PSF through the
+        origin and the odd terms' mirror symmetry about the field axis undoes it), so fits can only
+        recover the even terms up to one common sign; comparing canonical forms removes that ambiguity.
+        """
+        even = [getattr(self, n) for n in EVEN_TERMS]
+        biggest = max(even, key=abs)
+        if biggest >= 0:
+            return self
+        flipped = {n: (-getattr(self, n) if n in EVEN_TERMS else getattr(self, n)) for n in SEIDEL_NAMES}
+        return SeidelCoefficients(**flipped)
+
+
+def _as_coeff_tensor(coeffs: SeidelCoefficients | Tensor | Sequence[float], *, dtype, device) -> Tensor:
+    if isinstance(coeffs, SeidelCoefficients):
+        return coeffs.as_tensor(dtype=dtype, device=device)
+    t = torch.as_tensor(coeffs, dtype=dtype, device=device)
+    if t.shape[-1:] != (len(SEIDEL_NAMES),):
+        raise ValueError(f"coefficients must have a last axis of {len(SEIDEL_NAMES)} {SEIDEL_NAMES}, got shape {tuple(t.shape)}")
+    return t
+
+
+def check_psf_size(size: int) -> int:
+    """PSF grids are odd so that the centre pixel is unambiguous for every consumer (FFT, scipy 'same')."""
+    if int(size) != size or size < 3 or size % 2 == 0:
+        raise ValueError(f"PSF size must be an odd integer >= 3, got {size!r}")
+    return int(size)
+
+
+def pupil_coordinates(size: int, oversampling: float, *, dtype: torch.dtype = torch.float64, device=None) -> tuple[Tensor, Tensor, Tensor]:
+    """u_x, u_y = (index − M//2) / R and the aperture A(u), all (M, M); R = M / (2q) samples.
+
+    A is the fraction of each pupil sample inside ρ ≤ 1 (linear ramp over one sample at the rim) rather
+    than a hard 0/1 disc: a pixelated disc has a square-ish far field, and the ring model needs PSFs
+    that rotate with the field direction; the soft rim makes the on-axis PSF round to ~1e-3.
+
+    size: M, odd, PSF grid size in image pixels.  oversampling: q, image pixels per λ/D (≥ 2 avoids
+    aliasing of the intensity PSF; smaller values still give exact samples of the periodised PSF).
+    """
+    check_psf_size(size)
+    if not oversampling > 0:
+        raise ValueError(f"oversampling must be > 0, got {oversampling!r}")
+    radius = size / (2.0 * oversampling)  # pupil radius in samples
+    axis = (torch.arange(size, dtype=dtype, device=device) - size // 2) / radius
+    uy, ux = torch.meshgrid(axis, axis, indexing="ij")  # rows ↔ y, columns ↔ x
+    rho = torch.sqrt(ux * ux + uy * uy)
+    aperture = torch.clamp(radius * (1.0 - rho) + 0.5, 0.0, 1.0)
+    return ux, uy, aperture
+
+
+def seidel_wavefront(coeffs: Tensor, field: Tensor, ux: Tensor, uy: Tensor) -> Tensor:
+    """W(u; h) = W040 ρ⁴ + W131 ρ²(u·h) + W222 (u·h)² + W220 |h|²ρ² + W311 |h|²(u·h) + W020 ρ²  [waves].
+
+    coeffs: (..., 6) waves, order ``SEIDEL_NAMES``.  field: (..., 2) normalised field position (h_x, h_y),
+    h = position / field radius, x along image columns, y along rows.  ux, uy: (M, M) normalised pupil
+    coordinates.  Leading axes of coeffs and field broadcast.  Returns (..., M, M) waves.
+    """
+    c = coeffs[..., :, None, None]  # (..., 6, 1, 1)
+    hx, hy = field[..., 0, None, None], field[..., 1, None, None]  # (..., 1, 1)
+    rho2 = ux * ux + uy * uy  # (M, M)
+    uh = ux * hx + uy * hy  # (..., M, M)
+    h2 = hx * hx + hy * hy  # (..., 1, 1)
+    return (
+        c[..., 0, :, :] * rho2 * rho2
+        + c[..., 1, :, :] * rho2 * uh
+        + c[..., 2, :, :] * uh * uh
+        + c[..., 3, :, :] * h2 * rho2
+        + c[..., 4, :, :] * h2 * uh
+        + c[..., 5, :, :] * rho2
+    )
+
+
+def seidel_psf(
+    coeffs: SeidelCoefficients | Tensor | Sequence[float],
+    field: Tensor | Sequence[float],
+    *,
+    size: int,
+    oversampling: float = 2.0,
+    upsample: int = 1,
+    shift: Tensor | None = None,
+) -> Tensor:
+    """PSF(d; h) = |F[A · exp(2πi (W(u; h) + s·u / (2q)))](d)|² / (M² Σ_u |A(u)|²).
+
+    The normaliser is Parseval's Σ_d |F[P]|² on the M×M pixel grid, so the PSF sums to 1 over pixels
+    whatever ``upsample`` is (an upsampled grid sums to upsample²: its values are densities per pixel).
+
+    coeffs: (6,) or (..., 6) waves (``SeidelCoefficients`` or tensor; gradients flow through a tensor).
+    field: (2,) or (..., 2) normalised field position h (x = columns, y = rows), broadcast with coeffs.
+    size: M, odd PSF grid size in pixels.  oversampling: q, pixels per λ/D.
+    upsample: U ≥ 1, sample the same continuous PSF on a grid U× finer (pupil zero-padded to U·M); offsets
+    of fine index k from the centre (U·M)//2 are (k − (U·M)//2) / U px.  shift: (..., 2) px (x, y), moves
+    the PSF by this sub-pixel amount via a pupil tilt.
+    Returns (..., U·M, U·M) float PSF, centre at index (U·M)//2, dtype of the coefficients (float64 for
+    ``SeidelCoefficients``).
+    """
+    if int(upsample) != upsample or upsample < 1:
+        raise ValueError(f"upsample must be an integer >= 1, got {upsample!r}")
+    if isinstance(coeffs, Tensor) and coeffs.is_floating_point():
+        dtype, device = coeffs.dtype, coeffs.device
+    elif isinstance(field, Tensor) and field.is_floating_point():
+        dtype, device = field.dtype, field.device
+    else:
+        dtype, device = torch.float64, None
+    c = _as_coeff_tensor(coeffs, dtype=dtype, device=device)
+    h = torch.as_tensor(field, dtype=dtype, device=c.device)
+    ux, uy, aperture = pupil_coordinates(size, oversampling, dtype=dtype, device=c.device)
+    w = seidel_wavefront(c, h, ux, uy)  # (..., M, M) waves
+    if shift is not None:
+        s = torch.as_tensor(shift, dtype=dtype, device=c.device)
+        w = w + (s[..., 0, None, None] * ux + s[..., 1, None, None] * uy) / (2.0 * oversampling)
+    pupil = aperture * torch.exp(2j * math.pi * w.to(torch.promote_types(dtype, torch.float32)))  # (..., M, M)
+    n = size * int(upsample)
+    far = torch.fft.fftshift(torch.fft.fft2(pupil, s=(n, n)), dim=(-2, -1))  # (..., U·M, U·M)
+    psf = far.real**2 + far.imag**2
+    # Pupil centred at index M//2 only adds a phase ramp to the far field: |·|² removes it.
+    return psf / (size * size * (aperture * aperture).sum())
+
+
+def max_pupil_slope(coeffs: SeidelCoefficients, max_field: float) -> float:
+    """Upper bound of |∇_u W| over ρ ≤ 1 and H ≤ max_field, in waves per unit pupil radius.
+
+    Term by term: |∇ρ⁴| ≤ 4, |∇(ρ²(u·h))| ≤ 3H, |∇(u·h)²| ≤ 2H², |∇(H²ρ²)| ≤ 2H², |∇(H²(u·h))| = H³, |∇ρ²| ≤ 2.
+    """
+    hm = float(max_field)
+    c = coeffs
+    return (
+        4 * abs(c.W040) + 3 * abs(c.W131) * hm + 2 * abs(c.W222) * hm**2 + 2 * abs(c.W220) * hm**2 + abs(c.W311) * hm**3 + 2 * abs(c.W020)
+    )
+
+
+def suggest_psf_size(coeffs: SeidelCoefficients, *, max_field: float, oversampling: float = 2.0) -> int:
+    """M = 2 ⌈1.2 r_geo + 5 q⌉ + 1 with r_geo = 2 q max|∇W| px, the geometric spot radius bound.
+
+    The margin 5q (≈ 4 Airy radii) keeps the diffraction rings on the grid for a weak aberration, and
+    M > 2 r_geo is also the condition for the pupil phase to be sampled above Nyquist.
+    max_field: largest normalised field radius H the PSFs are needed at (image corners).
+    """
+    r_geo = 2.0 * oversampling * max_pupil_slope(coeffs, max_field)
+    return 2 * math.ceil(1.2 * r_geo + 5.0 * oversampling) + 1
+
+
+class SeidelGenerator:
+    """Random Seidel coefficients, uniform per term in a symmetric range (deepinv-style generator).
+
+    ranges: {name: max |value| in waves}; names not given stay zero.  ``step`` returns the parameters
+    a new ``RingBlur`` takes.
+    """
+
+    def __init__(self, *, ranges: Mapping[str, float]) -> None:
+        unknown = set(ranges) - set(SEIDEL_NAMES)
+        if unknown:
+            raise ValueError(f"unknown Seidel coefficient(s) {sorted(unknown)}; allowed: {', '.join(SEIDEL_NAMES)}")
+        if any(v < 0 for v in ranges.values()):
+            raise ValueError(f"ranges must be >= 0 (max |coefficient| in waves), got {dict(ranges)}")
+        self.ranges = dict(ranges)
+
+    def step(self, batch_size: int = 1, seed: int | None = None) -> dict[str, list[SeidelCoefficients]]:
+        """Draw `batch_size` coefficient sets: {"coeffs": [SeidelCoefficients, ...]}."""
+        gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
+        bound = torch.tensor([self.ranges.get(n, 0.0) for n in SEIDEL_NAMES], dtype=torch.float64)
+        draws = (2 * torch.rand(batch_size, len(SEIDEL_NAMES), generator=gen, dtype=torch.float64) - 1) * bound
+        return {"coeffs": [SeidelCoefficients.from_tensor(row) for row in draws]}
+
+
+__all__ = [
+    "SEIDEL_NAMES",
+    "EVEN_TERMS",
+    "SeidelCoefficients",
+    "SeidelGenerator",
+    "check_psf_size",
+    "max_pupil_slope",
+    "pupil_coordinates",
+    "seidel_psf",
+    "seidel_wavefront",
+    "suggest_psf_size",
+]

@@ -1,0 +1,67 @@
+"""Results tables: gather evaluation summaries into long-form CSVs, and pair them with the paper's numbers.
+
+Long form (one row per dataset × method × level) keeps every CSV mergeable and plottable; the
+report pivots them for display. Paper numbers come from ``paper_values.yaml`` and only ever sit
+*beside* measured values, in their own columns.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+import yaml
+
+from dgno.io import read_json
+
+PAPER_VALUES = Path(__file__).with_name("paper_values.yaml")
+METRICS = ("psnr", "ssim", "lpips")
+HIGHER_IS_BETTER = {"psnr": True, "ssim": True, "lpips": False, "psnr_edge": True, "psnr_interior": True}
+
+
+def load_paper_values(path: str | Path = PAPER_VALUES) -> dict[str, Any]:
+    """The paper's tables, keyed by table id (see the file's header for the layout)."""
+    return yaml.safe_load(Path(path).read_text())["tables"]
+
+
+def paper_key(method_cfg: dict[str, Any], method: str) -> str:
+    """Row key of a configured method in paper_values.yaml (registry name with '_' for '-')."""
+    return method_cfg.get("model", method).replace("-", "_")
+
+
+def collect_summaries(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """One row per summary.json: dataset, method, level, n_images, metrics and the LPIPS weight source."""
+    rows = []
+    for p in paths:
+        s = read_json(p)
+        rows.append(
+            {
+                "dataset": s["dataset"],
+                "method": s["method"],
+                "level": s["level"],
+                "n_images": s["n_images"],
+                "psnr": s["psnr"],
+                "ssim": s["ssim"],
+                "lpips": s.get("lpips"),
+                "lpips_source": s.get("lpips_source"),
+            }
+        )
+    return pd.DataFrame(rows, columns=["dataset", "method", "level", "n_images", "psnr", "ssim", "lpips", "lpips_source"])
+
+
+def mean_over_levels(frame: pd.DataFrame) -> pd.DataFrame:
+    """Average the metrics over blur levels per (dataset, method) — the paper pools its z-planes."""
+    agg = {m: "mean" for m in METRICS if m in frame}
+    agg["n_images"] = "sum"
+    out = frame.groupby(["dataset", "method"], sort=False).agg(agg).reset_index()
+    out["levels"] = frame.groupby(["dataset", "method"], sort=False)["level"].apply(lambda s: "+".join(s)).values
+    return out
+
+
+def best_mask(values: pd.Series, metric: str) -> pd.Series:
+    """True where a value is the best of its column (ties all marked; NaN never best)."""
+    if values.dropna().empty:
+        return pd.Series(False, index=values.index)
+    best = values.max() if HIGHER_IS_BETTER.get(metric, True) else values.min()
+    return values == best

@@ -1,0 +1,39 @@
+"""Parameter and FLOP counts of registry models (``dgno summary``).
+
+FLOPs come from ``torch.utils.flop_counter.FlopCounterMode`` on one real forward pass, so they
+count what the implementation executes (matrix products and convolutions; element-wise work
+is not counted, as in the papers that report GFLOPs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from dgno.models.registry import build_model
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+@torch.no_grad()
+def count_flops(model: torch.nn.Module, size: int | tuple[int, int], in_channels: int = 1) -> int:
+    """FLOPs of one forward pass on a (1, C, H, W) input (multiply-add = 2 FLOPs)."""
+    h, w = (size, size) if isinstance(size, int) else size
+    x = torch.rand(1, in_channels, h, w)
+    model.eval()
+    with FlopCounterMode(display=False) as counter:
+        model(x)
+    return int(counter.get_total_flops())
+
+
+def summarize(name: str, *, scale: str = "paper", size: int = 256, in_channels: int = 1, **overrides: Any) -> dict[str, Any]:
+    """{'params': n, 'params_m': n/1e6, 'gflops': FLOPs/1e9 at size×size, 'size': size}."""
+    torch.manual_seed(0)
+    model = build_model(name, scale=scale, in_channels=in_channels, **overrides)
+    n = count_parameters(model)
+    flops = count_flops(model, size, in_channels)
+    return {"params": n, "params_m": n / 1e6, "gflops": flops / 1e9, "size": size, "in_channels": in_channels}

@@ -1,0 +1,42 @@
+"""Shared fixtures: a tiny dataset on disk in the layout of docs/CONVENTIONS.md."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tifffile
+import torch
+
+torch.set_num_threads(1)
+
+
+def write_tiny_dataset(root: Path, *, n_train=3, n_val=1, n_test=2, size=(40, 44), levels=("a",), seed=0) -> Path:
+    """Random smooth blobs as GT, a box blur as 'blur' — enough structure for the loops to run."""
+    from scipy.ndimage import gaussian_filter, uniform_filter
+
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i, split in enumerate(["train"] * n_train + ["val"] * n_val + ["test"] * n_test):
+        image_id = f"img{i:02d}"
+        gt = gaussian_filter(rng.random(size), 2.0)
+        gt = (gt - gt.min()) / (gt.max() - gt.min())
+        (root / "gt").mkdir(exist_ok=True)
+        tifffile.imwrite(root / "gt" / f"{image_id}.tif", (gt * 65535).astype(np.uint16))
+        for lvl in levels:
+            (root / "blur" / lvl).mkdir(parents=True, exist_ok=True)
+            tifffile.imwrite(root / "blur" / lvl / f"{image_id}.tif", (uniform_filter(gt, 5) * 65535).astype(np.uint16))
+        rows.append((image_id, split))
+    with (root / "split.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["id", "split"])
+        w.writerows(rows)
+    return root
+
+
+@pytest.fixture
+def tiny_dataset(tmp_path) -> Path:
+    return write_tiny_dataset(tmp_path / "tiny")

@@ -1,0 +1,89 @@
+"""Config validation: typos and unknown names fail before any job runs, naming key and allowed values."""
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dgno.config import ConfigError, load_config, validate_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+def test_default_and_smoke_configs_validate():
+    for path in (ROOT / "config.yaml", ROOT / "tests" / "smoke.yaml"):
+        cfg = load_config(path)
+        assert cfg["evaluate"]["edge_band_px"] >= 1  # default filled in
+
+
+def test_unknown_top_level_key_names_key_and_allowed(demo):
+    cfg = copy.deepcopy(demo)
+    cfg["trian"] = {}
+    with pytest.raises(ConfigError, match=r"trian: unknown key; allowed keys here: .*train"):
+        validate_config(cfg)
+
+
+def test_unknown_flux_names_allowed_values(demo):
+    cfg = copy.deepcopy(demo)
+    cfg["methods"]["dgno-cell"]["overrides"] = {"flux": "jmp"}
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    msg = str(err.value)
+    assert "methods.dgno-cell.overrides.flux" in msg and "'jmp'" in msg
+    for allowed in ("central", "jump", "avg_jump", "upwind"):
+        assert allowed in msg
+
+
+def test_unknown_boundary_and_tau(demo):
+    cfg = copy.deepcopy(demo)
+    cfg["methods"]["dgno-face"]["overrides"] = {"boundary": "mirror"}
+    with pytest.raises(ConfigError, match="neumann, dirichlet, periodic"):
+        validate_config(cfg)
+    cfg["methods"]["dgno-face"]["overrides"] = {"tau": "fixed"}
+    with pytest.raises(ConfigError, match="learnable"):
+        validate_config(cfg)
+
+
+def test_nested_typo_in_train(demo):
+    cfg = copy.deepcopy(demo)
+    cfg["train"]["iteration"] = 5
+    with pytest.raises(ConfigError, match=r"train.iteration: unknown key; allowed keys here: .*iterations"):
+        validate_config(cfg)
+
+
+def test_cross_references(demo):
+    cfg = copy.deepcopy(demo)
+    cfg["experiments"]["operators"]["methods"].append("nafnet")
+    with pytest.raises(ConfigError, match="method 'nafnet' is not defined"):
+        validate_config(cfg)
+    cfg = copy.deepcopy(demo)
+    cfg["datasets"]["nuclei"]["train_levels"] = ["z99"]
+    with pytest.raises(ConfigError, match="level 'z99' is not defined; defined levels: z01"):
+        validate_config(cfg)
+
+
+def test_snakemake_rejects_bad_config_before_running(tmp_path):
+    """The workflow itself refuses a bad config at parse time (no job runs)."""
+    import subprocess
+    import sys
+
+    bad = yaml.safe_load((ROOT / "tests" / "smoke.yaml").read_text())
+    bad["methods"]["gg"]["overrides"] = {"boundary": "mirror"}
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(yaml.safe_dump(bad))
+    snakemake = Path(sys.executable).with_name("snakemake")
+    proc = subprocess.run(
+        [str(snakemake), "-n", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "methods.gg.overrides.boundary" in proc.stdout + proc.stderr
+    assert not (tmp_path / "results").exists()

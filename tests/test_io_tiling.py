@@ -1,0 +1,90 @@
+"""Bad-input errors name the file and the fix; tiled inference equals one pass where it should."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tifffile
+import torch
+
+from dgno.io import InputError, atomic_path, read_image, write_json
+from dgno.tiling import edge_weight, tile_starts, tiled_apply
+
+
+def test_missing_empty_truncated_and_non_image_files(tmp_path):
+    with pytest.raises(InputError, match=r"nope\.tif: file does not exist"):
+        read_image(tmp_path / "nope.tif")
+    (tmp_path / "empty.tif").write_bytes(b"")
+    with pytest.raises(InputError, match=r"empty\.tif: file is empty"):
+        read_image(tmp_path / "empty.tif")
+    good = tmp_path / "good.tif"
+    tifffile.imwrite(good, np.zeros((64, 64), np.uint16))
+    (tmp_path / "trunc.tif").write_bytes(good.read_bytes()[:100])
+    with pytest.raises(InputError, match=r"trunc\.tif: cannot be decoded.*Fix:"):
+        read_image(tmp_path / "trunc.tif")
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(InputError, match=r"notes\.txt: unsupported image type"):
+        read_image(tmp_path / "notes.txt")
+
+
+def test_small_image_and_nan(tmp_path):
+    tifffile.imwrite(tmp_path / "small.tif", np.zeros((6, 40), np.uint16))
+    with pytest.raises(InputError, match=r"small\.tif: image is 6×40, smaller than the minimum 8×8"):
+        read_image(tmp_path / "small.tif", min_size=8)
+    arr = np.zeros((10, 10), np.float32)
+    arr[0, 0] = np.inf
+    tifffile.imwrite(tmp_path / "inf.tif", arr)
+    with pytest.raises(InputError, match="NaN/inf"):
+        read_image(tmp_path / "inf.tif")
+
+
+def test_uint16_scaling_and_minmax(tmp_path):
+    arr = np.array([[1000, 3000], [2000, 5000]], np.uint16)
+    tifffile.imwrite(tmp_path / "a.tif", arr)
+    np.testing.assert_allclose(read_image(tmp_path / "a.tif"), arr / 65535, rtol=1e-6)
+    mm = read_image(tmp_path / "a.tif", normalise="minmax")
+    assert mm.min() == 0 and mm.max() == 1
+
+
+def test_atomic_write_leaves_nothing_on_failure(tmp_path):
+    target = tmp_path / "out.json"
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_text("{half")
+            raise RuntimeError("crash")
+    assert list(tmp_path.iterdir()) == []
+    write_json(target, {"a": np.float32(1.5)})
+    assert target.read_text().strip().startswith("{")
+
+
+def test_tile_starts_cover_and_overlap():
+    for length, tile, overlap in [(100, 32, 8), (696, 256, 32), (520, 256, 32), (33, 32, 4)]:
+        starts = tile_starts(length, tile, overlap)
+        covered = np.zeros(length, bool)
+        for s in starts:
+            covered[s : s + tile] = True
+        assert covered.all() and starts[-1] + tile == length
+        assert all(b - a <= tile - overlap for a, b in zip(starts, starts[1:]))
+    assert edge_weight(10, 8, ramp_start=False, ramp_end=False).eq(1).all()
+    w = edge_weight(32, 16, ramp_start=True, ramp_end=False)
+    assert w[:4].eq(0).all() and w[12:].eq(1).all()
+    # complementary ramps of two tiles sharing exactly `overlap` pixels sum to 1
+    a = edge_weight(32, 16, ramp_start=False, ramp_end=True)[-16:]
+    b = edge_weight(32, 16, ramp_start=True, ramp_end=False)[:16]
+    torch.testing.assert_close(a + b, torch.ones(16))
+
+
+def test_tiled_equals_untiled_for_local_operator():
+    """A 5×5 box filter (receptive radius 2) tiled with overlap 16 (m = 4 ≥ radius) equals one pass."""
+    conv = torch.nn.Conv2d(1, 1, 5, padding=2, padding_mode="replicate", bias=False)
+    torch.nn.init.constant_(conv.weight, 1 / 25)
+    x = torch.rand(1, 1, 70, 90)
+    with torch.no_grad():
+        whole = conv(x)
+        tiled = tiled_apply(conv, x, tile=32, overlap=16)
+    torch.testing.assert_close(tiled, whole, atol=1e-5, rtol=0)
+
+
+def test_single_tile_is_identity_path():
+    x = torch.rand(1, 1, 20, 20)
+    assert torch.equal(tiled_apply(lambda t: t * 2, x, tile=64), x * 2)

@@ -1,0 +1,158 @@
+"""Training loop: schedule, loss, resume exactness, SIGTERM checkpoint, atomic checkpoint writes, bad data."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from dgno.io import InputError
+from dgno.train import (
+    Interrupted,
+    ModelChoice,
+    TrainConfig,
+    load_trained,
+    lr_at,
+    restoration_loss,
+    save_checkpoint,
+    train,
+)
+
+SMALL = dict(iterations=8, batch_size=2, patch_size=32, val_every=4, log_every=2, checkpoint_every=4, val_crops=2, device="cpu")
+
+
+def _cfg(**kw) -> TrainConfig:
+    return TrainConfig.from_dict({**SMALL, **kw})
+
+
+def test_lr_schedule_flat_then_cosine():
+    cfg = TrainConfig(iterations=100, lr=1e-3, lr_min=1e-6, flat_fraction=0.5)
+    assert lr_at(0, cfg) == lr_at(49, cfg) == 1e-3
+    assert lr_at(75, cfg) == pytest.approx(1e-6 + 0.5 * (1e-3 - 1e-6))
+    assert lr_at(100, cfg) == pytest.approx(1e-6)
+    assert all(lr_at(i, cfg) >= lr_at(i + 1, cfg) for i in range(100))
+
+
+def test_loss_is_zero_for_perfect_multiscale_prediction_and_positive_otherwise():
+    gt = torch.rand(2, 1, 32, 32)
+    outs = [torch.nn.functional.interpolate(gt, size=s, mode="bilinear", align_corners=False, antialias=True) for s in (8, 16)] + [gt]
+    assert restoration_loss(outs, gt, fft_weight=0.1).item() == pytest.approx(0.0, abs=1e-6)
+    assert restoration_loss([gt + 0.1], gt, fft_weight=0.1).item() > 0.1
+
+
+def test_unknown_training_setting_is_named():
+    with pytest.raises(ValueError, match=r"unknown training setting\(s\) \['iteration'\]"):
+        TrainConfig.from_dict({"iteration": 3})
+
+
+def _final_weights(out_dir):
+    model, blob = load_trained(out_dir / "model.pt")
+    return {k: v.clone() for k, v in model.state_dict().items()}, blob
+
+
+def test_resume_is_exact(tiny_dataset, tmp_path, monkeypatch):
+    """N iterations straight == stopped by SIGTERM after N/2, then resumed for the rest (bit-exact)."""
+    import dgno.train as train_mod
+
+    choice = ModelChoice(name="dgno-cell", scale="smoke")
+    train(tiny_dataset, tmp_path / "straight", model_choice=choice, levels=["a"], cfg=_cfg(), progress=False)
+
+    calls = {"n": 0}
+    real_ema_update = train_mod.ema_update
+
+    def ema_then_signal(*args):
+        real_ema_update(*args)
+        calls["n"] += 1
+        if calls["n"] == 4:  # the pre-emption arrives during iteration 4
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(train_mod, "ema_update", ema_then_signal)
+    half = tmp_path / "halves"
+    with pytest.raises(Interrupted):
+        train(tiny_dataset, half, model_choice=choice, levels=["a"], cfg=_cfg(), progress=False)
+    monkeypatch.setattr(train_mod, "ema_update", real_ema_update)
+    assert torch.load(half / "checkpoint.pt", weights_only=False)["iteration"] == 4
+    train(tiny_dataset, half, model_choice=choice, levels=["a"], cfg=_cfg(), progress=False)
+    a, _ = _final_weights(tmp_path / "straight")
+    b, _ = _final_weights(half)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+    straight_log = (tmp_path / "straight" / "train_metrics.csv").read_text().splitlines()
+    resumed_log = (half / "train_metrics.csv").read_text().splitlines()
+    assert [r.split(",")[:4] for r in straight_log] == [r.split(",")[:4] for r in resumed_log]
+
+
+def test_sigterm_writes_checkpoint_and_rerun_resumes(tiny_dataset, tmp_path):
+    choice = ModelChoice(name="gg", scale="smoke")
+    out = tmp_path / "run"
+    cfg = _cfg(iterations=400, checkpoint_every=1000)
+    timer = threading.Timer(3.0, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    timer.start()
+    with pytest.raises(Interrupted):
+        train(tiny_dataset, out, model_choice=choice, levels=["a"], cfg=cfg, progress=False)
+    timer.cancel()
+    stopped_at = torch.load(out / "checkpoint.pt", weights_only=False)["iteration"]
+    assert 0 < stopped_at < 400
+    assert not (out / "model.pt").exists()
+    # the rerun resumes where it stopped and finishes
+    train(tiny_dataset, out, model_choice=choice, levels=["a"], cfg=_cfg(iterations=stopped_at + 2, checkpoint_every=1000), progress=False)
+    log = (out / "train_metrics.csv").read_text().splitlines()
+    assert log[0].startswith("iteration,")
+    assert int(log[-1].split(",")[0]) == stopped_at + 2
+
+
+def test_interrupted_checkpoint_write_keeps_last_good(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, {"iteration": 1})
+
+    def crash(obj, f, *a, **k):
+        with open(f, "wb") as fh:
+            fh.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(OSError):
+        save_checkpoint(path, {"iteration": 2})
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=False)["iteration"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]  # no temp file left behind
+
+
+def test_unreadable_training_image_is_named_before_training(tiny_dataset, tmp_path):
+    bad = tiny_dataset / "blur" / "a" / "img01.tif"
+    bad.write_bytes(b"II*\x00garbage")
+    with pytest.raises(InputError, match=r"img01\.tif: cannot be decoded"):
+        train(tiny_dataset, tmp_path / "out", model_choice=ModelChoice(name="gg", scale="smoke"), levels=["a"], cfg=_cfg(), progress=False)
+    assert not (tmp_path / "out" / "checkpoint.pt").exists()
+
+
+def test_nan_image_is_rejected(tiny_dataset, tmp_path):
+    import tifffile
+
+    img = np.full((40, 44), 0.5, dtype=np.float32)
+    img[3, 4] = np.nan
+    tifffile.imwrite(tiny_dataset / "gt" / "img00.tif", img)
+    with pytest.raises(InputError, match=r"img00\.tif: contains 1 NaN"):
+        train(tiny_dataset, tmp_path / "out", model_choice=ModelChoice(name="gg", scale="smoke"), levels=["a"], cfg=_cfg(), progress=False)
+
+
+def test_changed_model_spec_refuses_stale_checkpoint(tiny_dataset, tmp_path):
+    out = tmp_path / "out"
+    train(tiny_dataset, out, model_choice=ModelChoice(name="gg", scale="smoke"), levels=["a"], cfg=_cfg(iterations=2), progress=False)
+    (out / "model.pt").unlink()
+    with pytest.raises(InputError, match="different model/config"):
+        train(tiny_dataset, out, model_choice=ModelChoice(name="lg", scale="smoke"), levels=["a"], cfg=_cfg(iterations=2), progress=False)
+
+
+@pytest.mark.parametrize("name", ["gg", "lg", "dgno-face", "dgno-cell"])
+def test_loss_decreases_when_overfitting(tiny_dataset, tmp_path, name):
+    cfg = _cfg(iterations=40, lr=2e-3, log_every=1, val_every=1000, checkpoint_every=1000)
+    train(tiny_dataset, tmp_path / name, model_choice=ModelChoice(name=name, scale="smoke"), levels=["a"], cfg=cfg, progress=False)
+    import pandas as pd
+
+    log = pd.read_csv(tmp_path / name / "train_metrics.csv")
+    assert log["loss"].iloc[-10:].mean() < 0.8 * log["loss"].iloc[:5].mean()

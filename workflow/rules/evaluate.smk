@@ -1,0 +1,41 @@
+# Stage 4: whole-image evaluation of every trained method and of the blurred input itself.
+
+
+rule evaluate:
+    input:
+        unpack(eval_data_inputs),
+        model="results/train/{dataset}/{method}/model.pt",
+    output:
+        summary="results/eval/{dataset}/{method}/{level}/summary.json",
+        per_image="results/eval/{dataset}/{method}/{level}/per_image.csv",
+        restored=directory("results/eval/{dataset}/{method}/{level}/restored"),
+    log:
+        "results/logs/evaluate/{dataset}/{method}/{level}.log",
+    benchmark:
+        "results/benchmarks/evaluate/{dataset}/{method}/{level}.tsv"
+    conda:
+        "../../envs/dgno.yaml"
+    resources:
+        gpu=1 if config["device"] != "cpu" else 0,
+    params:
+        evaluate=config["evaluate"],
+        device=config["device"],
+    script:
+        "../scripts/evaluate.py"
+
+
+rule evaluate_input:
+    input:
+        unpack(eval_data_inputs),
+    output:
+        summary="results/eval/{dataset}/input/{level}/summary.json",
+        per_image="results/eval/{dataset}/input/{level}/per_image.csv",
+        restored=directory("results/eval/{dataset}/input/{level}/restored"),
+    log:
+        "results/logs/evaluate/{dataset}/input/{level}.log",
+    conda:
+        "../../envs/dgno.yaml"
+    params:
+        evaluate=config["evaluate"],
+    script:
+        "../scripts/evaluate.py"

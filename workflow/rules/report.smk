@@ -1,0 +1,219 @@
+# Stage 7: tables, figures and the standalone HTML report.
+
+
+rule table_operators:
+    input:
+        experiment_summaries("operators") if "operators" in EXPERIMENTS else [],
+    output:
+        report(
+            "results/tables/operators.csv",
+            caption="../report/operators.rst",
+            category="GG vs LG vs DGNO",
+        ),
+    log:
+        "results/logs/tables/operators.log",
+    conda:
+        "../../envs/report.yaml"
+    script:
+        "../scripts/table.py"
+
+
+rule table_synthetic:
+    input:
+        experiment_summaries("synthetic") if "synthetic" in EXPERIMENTS else [],
+    output:
+        report(
+            "results/tables/synthetic.csv",
+            caption="../report/synthetic.rst",
+            category="Controlled synthetic experiment",
+        ),
+    log:
+        "results/logs/tables/synthetic.log",
+    conda:
+        "../../envs/report.yaml"
+    script:
+        "../scripts/table.py"
+
+
+rule edge_band:
+    input:
+        summaries=lambda wc: summaries(
+            wc.dataset,
+            experiment_methods(wc.dataset),
+            config["datasets"][wc.dataset]["test_levels"],
+        ),
+    output:
+        table="results/tables/edge_band_{dataset}.csv",
+        figure=report(
+            "results/figures/edge_band_{dataset}.png",
+            caption="../report/edge_band.rst",
+            category="Boundary analysis",
+        ),
+    log:
+        "results/logs/edge_band/{dataset}.log",
+    conda:
+        "../../envs/report.yaml"
+    params:
+        methods=lambda wc: experiment_methods(wc.dataset),
+        labels=lambda wc: method_labels(experiment_methods(wc.dataset)),
+        levels=lambda wc: config["datasets"][wc.dataset]["test_levels"],
+        band_width_px=config["evaluate"]["edge_band_px"],
+    script:
+        "../scripts/edge_band.py"
+
+
+rule edge_band_definition:
+    output:
+        "results/tables/edge_band_definition.txt",
+    log:
+        "results/logs/tables/edge_band_definition.log",
+    conda:
+        "../../envs/report.yaml"
+    params:
+        band_width_px=config["evaluate"]["edge_band_px"],
+    script:
+        "../scripts/edge_band_definition.py"
+
+
+rule figure_visual:
+    input:
+        summaries=lambda wc: summaries(
+            wc.dataset,
+            experiment_methods(wc.dataset),
+            config["datasets"][wc.dataset]["test_levels"],
+        ),
+    output:
+        report(
+            "results/figures/visual_{dataset}.png",
+            caption="../report/visual.rst",
+            category="Visual comparisons",
+        ),
+    log:
+        "results/logs/figures/visual_{dataset}.log",
+    conda:
+        "../../envs/report.yaml"
+    params:
+        methods=lambda wc: method_labels(experiment_methods(wc.dataset)),
+        level=lambda wc: config["datasets"][wc.dataset]["test_levels"][0],
+        n_images=config["evaluate"]["figure_images"],
+    script:
+        "../scripts/figure_visual.py"
+
+
+rule figure_error_difference:
+    input:
+        summaries=lambda wc: summaries(
+            wc.dataset,
+            experiment_methods(wc.dataset),
+            config["datasets"][wc.dataset]["test_levels"],
+        ),
+    output:
+        report(
+            "results/figures/error_difference_{dataset}.png",
+            caption="../report/error_difference.rst",
+            category="Boundary analysis",
+        ),
+    log:
+        "results/logs/figures/error_difference_{dataset}.log",
+    conda:
+        "../../envs/report.yaml"
+    params:
+        pair=lambda wc: gg_dg_pair(experiment_methods(wc.dataset)),
+        level=lambda wc: config["datasets"][wc.dataset]["test_levels"][0],
+        band_width_px=config["evaluate"]["edge_band_px"],
+    script:
+        "../scripts/figure_error_difference.py"
+
+
+rule figure_training_curves:
+    input:
+        lambda wc: [
+            f"results/train/{wc.dataset}/{m}/train_metrics.csv"
+            for m in experiment_methods(wc.dataset)
+        ],
+    output:
+        report(
+            "results/figures/training_curves_{dataset}.png",
+            caption="../report/training_curves.rst",
+            category="Training",
+        ),
+    log:
+        "results/logs/figures/training_curves_{dataset}.log",
+    conda:
+        "../../envs/report.yaml"
+    params:
+        labels=lambda wc: method_labels(experiment_methods(wc.dataset)),
+    script:
+        "../scripts/figure_training_curves.py"
+
+
+rule figure_synthetic:
+    input:
+        "results/tables/synthetic.csv",
+        edge=(
+            [
+                f"results/tables/edge_band_{ds}.csv"
+                for ds in experiment_datasets("synthetic")
+            ]
+            if "synthetic" in EXPERIMENTS
+            else []
+        ),
+    output:
+        report(
+            "results/figures/synthetic_psnr.png",
+            caption="../report/synthetic_psnr.rst",
+            category="Controlled synthetic experiment",
+        ),
+    log:
+        "results/logs/figures/synthetic_psnr.log",
+    conda:
+        "../../envs/report.yaml"
+    params:
+        labels=method_labels(METHODS),
+    script:
+        "../scripts/figure_synthetic.py"
+
+
+rule model_summary:
+    output:
+        report(
+            "results/tables/model_summary.csv",
+            caption="../report/model_summary.rst",
+            category="Model cost",
+        ),
+    log:
+        "results/logs/tables/model_summary.log",
+    benchmark:
+        "results/benchmarks/model_summary/model_summary.tsv"
+    conda:
+        "../../envs/dgno.yaml"
+    params:
+        methods={m: config["methods"][m] for m in METHODS},
+        scales=sorted({config["scale"], "paper"}),
+        size=256,
+    script:
+        "../scripts/model_summary.py"
+
+
+rule report:
+    input:
+        report_inputs(),
+    output:
+        "report/index.html",
+    log:
+        "results/logs/report.log",
+    conda:
+        "../../envs/report.yaml"
+    script:
+        "../scripts/report.py"
+
+
+rule operators:
+    input:
+        "results/tables/operators.csv",
+
+
+rule synthetic:
+    input:
+        "results/tables/synthetic.csv",
+        "results/figures/synthetic_psnr.png",

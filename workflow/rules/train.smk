@@ -1,0 +1,26 @@
+# Stage 3: training. CPU locally; on a cluster the slurm profile gives this rule a GPU.
+
+
+rule train:
+    input:
+        unpack(train_inputs),
+    output:
+        model="results/train/{dataset}/{method}/model.pt",
+        metrics="results/train/{dataset}/{method}/train_metrics.csv",
+    log:
+        "results/logs/train/{dataset}/{method}.log",
+    benchmark:
+        "results/benchmarks/train/{dataset}/{method}.tsv"
+    conda:
+        "../../envs/dgno.yaml"
+    resources:
+        gpu=1 if config["device"] != "cpu" else 0,
+    params:
+        method=lambda wc: config["methods"][wc.method],
+        levels=lambda wc: config["datasets"][wc.dataset]["train_levels"],
+        train=config["train"],
+        scale=config["scale"],
+        seed=config["seed"],
+        device=config["device"],
+    script:
+        "../scripts/train.py"

@@ -1,0 +1,24 @@
+"""Rules `evaluate` and `evaluate_input`: score restored test images (all logic in dgno.evaluate)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _log  # noqa: E402
+
+_log.redirect(snakemake.log[0])  # noqa: F821
+
+from dgno.evaluate import evaluate_checkpoint, identity_restorer, score_dataset  # noqa: E402
+
+sm = snakemake  # noqa: F821
+ev = sm.params.evaluate
+data_dir = Path(sm.input.split).parent
+out_dir = Path(sm.output.summary).parent
+common = dict(method=sm.wildcards.get("method", "input"), with_lpips=ev["lpips"])
+if "model" in sm.input.keys():
+    evaluate_checkpoint(
+        sm.input.model, data_dir, sm.wildcards.level, out_dir, tile=ev["tile"], overlap=ev["overlap"], device=sm.params.device, **common
+    )
+else:
+    score_dataset(identity_restorer, data_dir, sm.wildcards.level, out_dir, **common)
+Path(sm.output.restored).mkdir(parents=True, exist_ok=True)

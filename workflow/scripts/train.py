@@ -1,0 +1,22 @@
+"""Rule `train`: one model on one dataset (all logic in dgno.train)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _log  # noqa: E402
+
+_log.redirect(snakemake.log[0])  # noqa: F821
+
+from dgno.train import ModelChoice, TrainConfig, train  # noqa: E402
+
+sm = snakemake  # noqa: F821
+method = sm.params.method
+cfg = TrainConfig.from_dict({**sm.params.train, "seed": sm.params.seed, "device": sm.params.device})
+train(
+    Path(sm.input.split).parent,
+    Path(sm.output.model).parent,
+    model_choice=ModelChoice(name=method["model"], scale=sm.params.scale, overrides=method.get("overrides", {})),
+    levels=list(sm.params.levels),
+    cfg=cfg,
+)
