@@ -28,6 +28,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/blur.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/deconv.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Install the single-node SLURM used by tests/slurm_cluster.py: Debian's slurm-wlm
-# (slurmctld, slurmd, client commands) and munge (its authentication daemon).
-# Idempotent: does nothing when every binary is already present. Run as root.
+# (slurmctld, slurmd, client commands) and munge (its authentication daemon), as root.
+# Idempotent: does nothing when every binary tests/slurm_cluster.py needs is already present.
 set -euo pipefail
 
-need=(slurmctld slurmd sbatch squeue sinfo munged mungekey)
+need=(slurmctld slurmd sbatch squeue sinfo scontrol scancel srun munged)
 missing=0
 for bin in "${need[@]}"; do
     # sbin paths are not always on root's PATH in minimal images.

@@ -11,7 +11,8 @@ Use it from a test module with either of::
     from slurm_cluster import slurm_cluster     # noqa: F401  (plain fixture import)
 
 The fixture yields a :class:`SlurmCluster`; pass ``cluster.env`` to every SLURM client and to
-Snakemake (it carries ``SLURM_CONF``). Everything lives under one temporary directory with its own
+Snakemake (``SLURM_CONF``, and client wrappers first on ``PATH`` that keep pointing at this
+cluster inside jobs; see ``_write_client_wrappers``). Everything lives under one temporary directory with its own
 munge socket, key, pid files and non-default ports, so a second cluster (another pytest process,
 a system SLURM) is never touched, and teardown signals only the PIDs this fixture started.
 
@@ -35,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["SlurmCluster", "slurm_cluster", "start_cluster"]
+__all__ = ["SlurmCluster", "slurm_cluster", "start_cluster", "terminate_with_parent"]
 
 PARTITION = "debug"
 FAKE_GPUS = 2  # fake `gpu` GRES offered on the node when SLURM accepts it
@@ -43,9 +44,9 @@ GPU_TYPE = "fakegpu"  # their model name, so `gpu_model` requests can be tested 
 START_TIMEOUT_S = 60.0
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "sinfo", "scontrol", "scancel", "srun")
+_BAD_NODE_STATES = ("inval", "drain")  # sinfo %T of a node whose registration SLURM rejected (e.g. GRES)
 # Client/daemon variables inherited from a surrounding SLURM job or a user's shell would
 # point the clients at another cluster or add options to every sbatch/srun call.
-_BAD_NODE_STATES = ("inval", "drain", "down", "fail")
 _FOREIGN_ENV_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SINFO_", "SCONTROL_")
 
 
@@ -99,13 +100,22 @@ def _short_hostname() -> str:
     return out or socket.gethostname().split(".")[0]
 
 
-def _die_with_parent() -> None:
-    """Child pre-exec hook: SIGTERM the daemon if pytest dies, so a crashed session leaves none behind."""
-    os.setsid()  # own session: a terminal Ctrl-C reaches pytest (which tears down), not the daemons
+def terminate_with_parent() -> None:
+    """Pre-exec hook for children of the test process: SIGTERM them if it dies (even by SIGKILL).
+
+    Pass as `preexec_fn=` to a long-running child (a Snakemake run) so a killed pytest leaves
+    nothing behind; Linux only (a no-op elsewhere).
+    """
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+def _daemon_preexec() -> None:
+    """Daemons get their own session (a terminal Ctrl-C reaches pytest, which tears down) and die with pytest."""
+    os.setsid()
+    terminate_with_parent()
 
 
 def render_slurm_conf(
@@ -199,6 +209,9 @@ class SlurmCluster:
             timeout=timeout,
         )
 
+    # `subprocess.run(..., preexec_fn=cluster.terminate_with_parent)` for Snakemake runs in tests
+    terminate_with_parent = staticmethod(terminate_with_parent)
+
     def job_state(self, job_id: str) -> str:
         """State of one job from squeue (kept there for MinJobAge after it ends); '' if unknown."""
         out = self.run("squeue", "-h", "--states=all", "-j", job_id, "-o", "%T", check=False).stdout
@@ -223,7 +236,8 @@ class SlurmCluster:
             text = log.read_text(errors="replace").splitlines()[-lines:]
             parts.append(f"--- {log.name} (last {len(text)} lines)\n" + "\n".join(text))
         for name, proc in self._procs.items():
-            parts.append(f"--- {name} pid {proc.pid}: {'running' if proc.poll() is None else f'exited {proc.returncode}'}")
+            status = "running" if proc.poll() is None else f"exited {proc.returncode}"
+            parts.append(f"--- {name} pid {proc.pid}: {status}")
         for cmd in (("sinfo", "-N", "-l"), ("squeue", "--states=all")):
             try:
                 res = self.run(*cmd, check=False, timeout=10)
@@ -236,7 +250,12 @@ class SlurmCluster:
         """Start one daemon in the foreground (its Popen PID is the daemon's PID)."""
         out = open(self.root / "log" / f"{name}.stdout", "ab")  # noqa: SIM115 - lives as long as the daemon
         self._procs[name] = subprocess.Popen(
-            argv, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+            argv,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_daemon_preexec,
         )
         out.close()  # the child holds its own descriptor
 
@@ -353,7 +372,11 @@ def _start_slurm(cluster: SlurmCluster, settings: dict, gpus: int, timeout: floa
     _write_gres(cluster, gpus)
     conf = str(cluster.slurm_conf)
     cluster._spawn("slurmctld", [_which("slurmctld"), "-D", "-c", "-i", "-f", conf])
-    cluster._wait("slurmctld", lambda: cluster.run("scontrol", "ping", check=False, timeout=10).returncode == 0, timeout)
+
+    def controller_up() -> bool:
+        return cluster.run("scontrol", "ping", check=False, timeout=10).returncode == 0
+
+    cluster._wait("slurmctld", controller_up, timeout)
     cluster._spawn("slurmd", [_which("slurmd"), "-D", "-N", cluster.host, "-f", conf])
     settled: list[str] = []
 

@@ -87,3 +87,10 @@ def test_snakemake_rejects_bad_config_before_running(tmp_path):
     assert proc.returncode != 0
     assert "methods.gg.overrides.boundary" in proc.stdout + proc.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_unknown_model_lists_registry(demo):
+    cfg = copy.deepcopy(demo)
+    cfg["methods"]["gg"]["model"] = "dgno-cel"
+    with pytest.raises(ConfigError, match=r"methods.gg.model: 'dgno-cel' is not a registered model; allowed values: .*dgno-cell"):
+        validate_config(cfg)

@@ -88,7 +88,9 @@ def test_dg_couples_neighbouring_elements():
 @pytest.mark.parametrize("variant", ["face", "cell"])
 def test_dg_layer_matches_explicit_assembly(variant):
     p = 4
-    dg = _randomise(DGOperatorLayer(dim=C, heads=HEADS, element_size=p, variant=variant, flux="avg_jump", boundary="dirichlet"))
+    dg = _randomise(
+        DGOperatorLayer(dim=C, heads=HEADS, element_size=p, variant=variant, flux="avg_jump", boundary="dirichlet")
+    )
     x = _x(2, C, 8, 12)
     q, k, v = _reference_qkv(dg, x)  # (B, h, H·W, d)
     grid = lambda t: rearrange(t, "b h (nh p1 nw p2) d -> b nh nw h p1 p2 d", p1=p, p2=p, nh=2)
@@ -118,16 +120,20 @@ def test_galerkin_operator_is_scaled_gram():
 def test_tau_learnable_or_fixed():
     learn = DGOperatorLayer(dim=C, heads=HEADS, flux="jump")
     assert isinstance(learn.tau, torch.nn.Parameter) and learn.tau.item() == pytest.approx(0.25)
-    fixed = DGOperatorLayer(dim=C, heads=HEADS, flux="avg_jump", tau=0.5, learn_tau=False)
+    fixed = DGOperatorLayer(dim=C, heads=HEADS, element_size=4, flux="avg_jump", tau=0.5, learn_tau=False)
     assert not any(n == "tau" for n, _ in fixed.named_parameters())
     assert fixed.tau.item() == pytest.approx(0.5)
     assert DGOperatorLayer(dim=C, heads=HEADS, flux="central").tau is None  # no penalty term, no τ
-    # a different fixed τ changes the output
+    # a different fixed τ changes the output; the learnable one starts where fixed 0.25 is
     x = _x(1, C, 8, 16)
-    other = DGOperatorLayer(dim=C, heads=HEADS, flux="avg_jump", tau=1.0, learn_tau=False, element_size=4)
+    other = DGOperatorLayer(dim=C, heads=HEADS, element_size=4, flux="avg_jump", tau=1.0, learn_tau=False)
     other.load_state_dict(fixed.state_dict())
-    fixed.element_size = 4
     assert not torch.allclose(fixed(x), other(x))
+    quarter = DGOperatorLayer(dim=C, heads=HEADS, element_size=4, flux="avg_jump", tau=0.25, learn_tau=False)
+    learn4 = DGOperatorLayer(dim=C, heads=HEADS, element_size=4, flux="avg_jump")
+    quarter.load_state_dict(fixed.state_dict())
+    learn4.load_state_dict(fixed.state_dict(), strict=False)  # all but the τ parameter
+    assert_close(quarter(x), learn4(x))
 
 
 @pytest.mark.parametrize("variant", ["face", "cell"])

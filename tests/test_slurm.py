@@ -89,7 +89,13 @@ def tiny_run(slurm_cluster, tmp_path_factory) -> TinyRun:
     ]  # fmt: skip
     t0 = time.monotonic()
     res = subprocess.run(
-        cmd, cwd=wf, env={**slurm_cluster.env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=240
+        cmd,
+        cwd=wf,
+        env={**slurm_cluster.env, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        preexec_fn=slurm_cluster.terminate_with_parent,  # no orphaned Snakemake if pytest is killed
     )
     seconds = time.monotonic() - t0
     log = res.stdout + res.stderr
@@ -132,9 +138,8 @@ def test_gpu_requests_get_fake_gpus(slurm_cluster, tiny_run, tmp_path):
     if not slurm_cluster.gpus:
         pytest.skip("this SLURM refused the fake gpu GRES (see slurmctld.log in the cluster directory)")
     out = tmp_path / "gres.out"
-    res = slurm_cluster.run(
-        "sbatch", "--parsable", "-p", "debug", "--gres=gpu:1", "-o", str(out), "--wrap", "echo cuda=$CUDA_VISIBLE_DEVICES"
-    )
+    wrap = "echo cuda=$CUDA_VISIBLE_DEVICES"
+    res = slurm_cluster.run("sbatch", "--parsable", "-p", "debug", "--gres=gpu:1", "-o", str(out), "--wrap", wrap)
     job_id = res.stdout.strip()
     assert slurm_cluster.wait_job(job_id) == "COMPLETED", slurm_cluster.diagnostics()
     assert out.read_text().strip() == "cuda=0"

@@ -91,11 +91,25 @@ def validate_config(config: dict, schema: dict | None = None) -> dict:
 def _check_references(cfg: dict) -> None:
     """Names used by experiments must exist; levels used for training/testing must be defined."""
     datasets, methods = cfg["datasets"], cfg["methods"]
+    from dgno.models.registry import list_models
+
+    for name, spec in methods.items():
+        if spec["model"] not in list_models():
+            raise ConfigError(f"config key methods.{name}.model: {spec['model']!r} is not a registered model; allowed values: {', '.join(list_models())}")
     for name, ds in datasets.items():
+        if ds["source"] == "seidel":
+            if ds.get("base") not in datasets or datasets[ds["base"]]["source"] == "seidel":
+                raise ConfigError(f"config key datasets.{name}.base: {ds.get('base')!r} must name a generated or downloaded dataset; defined: {', '.join(datasets)}")
+            ds["levels"] = {"seidel": None}
+        elif "levels" not in ds:
+            raise ConfigError(f"config key datasets.{name}.levels: required for source {ds['source']!r}")
         for which in ("train_levels", "test_levels"):
             for lvl in ds[which]:
                 if lvl not in ds["levels"]:
                     raise ConfigError(f"config key datasets.{name}.{which}: level {lvl!r} is not defined; defined levels: {', '.join(ds['levels'])}")
+    nb = cfg["experiments"].get("nonblind")
+    if nb and datasets.get(nb["dataset"], {}).get("source") != "seidel":
+        raise ConfigError(f"config key experiments.nonblind.dataset: {nb['dataset']!r} must be a dataset with source: seidel")
     for exp, spec in cfg["experiments"].items():
         for ds in spec.get("datasets", [spec.get("dataset")]):
             if ds not in datasets:

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from dgno import metrics, provenance
 from dgno.data.paired import from_tensor_image, load_pairs, read_split, to_tensor_image
-from dgno.io import write_csv, write_json, write_tiff
+from dgno.io import read_image, write_csv, write_json, write_tiff
 from dgno.tiling import tiled_apply
 from dgno.train import as_outputs, load_trained, pick_device
 
@@ -56,24 +56,28 @@ def score_dataset(
     save_restored: bool = True,
     progress: bool = True,
     extra: dict | None = None,
+    min_size: int = 1,
+    precomputed: Path | None = None,
 ) -> dict:
     """Restore and score the test split of `data_dir` at blur `level`.
 
     Writes ``per_image.csv`` (id, psnr, ssim, lpips), ``summary.json`` (means, counts, LPIPS source,
     provenance) and, if asked, ``restored/<id>.tif`` (float32) for figures and downstream checks.
+    precomputed: a folder of already restored ``<id>.tif`` (e.g. from deconvolution) to score
+    instead of calling `restore`, so every method is scored by exactly the same code.
     """
     out_dir = Path(out_dir)
     test_ids = read_split(data_dir)["test"]
-    pairs = load_pairs(data_dir, split="test", levels=[level], ids=test_ids)
+    pairs = load_pairs(data_dir, split="test", levels=[level], ids=test_ids, min_size=min_size)
     rows, lpips_source = [], None
     for pair in tqdm(pairs, desc=f"evaluate {method} {level}", disable=not progress):
-        pred = restore(pair.blur)
+        pred = read_image(precomputed / f"{pair.id}.tif") if precomputed else restore(pair.blur)
         row = {"id": pair.id, "psnr": metrics.psnr(pred, pair.gt), "ssim": metrics.ssim(pred, pair.gt)}
         if with_lpips:
             value, lpips_source = metrics.lpips(pred, pair.gt)
             row["lpips"] = value
         rows.append(row)
-        if save_restored:
+        if save_restored and not precomputed:
             write_tiff(out_dir / "restored" / f"{pair.id}.tif", pred.astype(np.float32))
     frame = pd.DataFrame(rows)
     write_csv(out_dir / "per_image.csv", frame)
@@ -110,4 +114,5 @@ def evaluate_checkpoint(
     model, blob = load_trained(checkpoint, dev)
     restore = model_restorer(model, dev, tile=tile, overlap=overlap)
     extra = {"checkpoint": str(checkpoint), "model_spec": blob["spec"], "tile": tile, "overlap": overlap}
-    return score_dataset(restore, data_dir, level, out_dir, method=method or blob["spec"]["name"], extra=extra, **kwargs)
+    min_size = int(model.hparams.get("operator_kwargs", {}).get("element_size", 1))  # one DG element must fit
+    return score_dataset(restore, data_dir, level, out_dir, method=method or blob["spec"]["name"], extra=extra, min_size=min_size, **kwargs)

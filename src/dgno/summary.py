@@ -31,9 +31,13 @@ def count_flops(model: torch.nn.Module, size: int | tuple[int, int], in_channels
 
 
 def summarize(name: str, *, scale: str = "paper", size: int = 256, in_channels: int = 1, **overrides: Any) -> dict[str, Any]:
-    """{'params': n, 'params_m': n/1e6, 'gflops': FLOPs/1e9 at size×size, 'size': size}."""
+    """{'params', 'params_m', 'gflops', 'gmacs', 'size', 'in_channels'} of one size×size forward pass.
+
+    gmacs = gflops / 2 (one multiply-accumulate = 2 FLOPs). Restoration papers usually print MACs
+    under the heading "FLOPs"; the report compares the paper's numbers with gmacs and says so.
+    """
     torch.manual_seed(0)
     model = build_model(name, scale=scale, in_channels=in_channels, **overrides)
     n = count_parameters(model)
     flops = count_flops(model, size, in_channels)
-    return {"params": n, "params_m": n / 1e6, "gflops": flops / 1e9, "size": size, "in_channels": in_channels}
+    return {"params": n, "params_m": n / 1e6, "gflops": flops / 1e9, "gmacs": flops / 2e9, "size": size, "in_channels": in_channels}

@@ -12,6 +12,8 @@ rule sigma_blur:
         "results/logs/blur/{dataset}/{level}.log",
     benchmark:
         "results/benchmarks/blur/{dataset}/{level}.tsv"
+    wildcard_constraints:
+        dataset="|".join(GENERATED),
     conda:
         "../../envs/dgno.yaml"
     params:

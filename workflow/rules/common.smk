@@ -12,6 +12,9 @@ config.update(
 )
 
 DATASETS = list(config["datasets"])
+GENERATED = [d for d in DATASETS if config["datasets"][d]["source"].startswith("demo_")]
+SEIDEL = [d for d in DATASETS if config["datasets"][d]["source"] == "seidel"]
+DECONVOLUTION = config["experiments"].get("nonblind", {}).get("deconvolution", [])
 METHODS = list(config["methods"])
 EXPERIMENTS = config["experiments"]
 
@@ -56,11 +59,26 @@ def experiment_datasets(name):
 
 def experiment_summaries(name):
     spec = EXPERIMENTS[name]
+    rows = list(spec["methods"]) + list(spec.get("deconvolution", []))
     return [
         s
         for ds in experiment_datasets(name)
-        for s in summaries(ds, spec["methods"], config["datasets"][ds]["test_levels"])
+        for s in summaries(ds, rows, config["datasets"][ds]["test_levels"])
     ]
+
+
+def seidel_base_inputs(wildcards):
+    base = config["datasets"][wildcards.dataset]["base"]
+    return {
+        "split": f"results/data/{base}/split.csv",
+        "gt": f"results/data/{base}/gt",
+        "calibration": f"results/nonblind/{wildcards.dataset}/calibration.json",
+    }
+
+
+def seidel_image_size(wildcards):
+    """Calibration frames have the size of the base dataset's images."""
+    return config["datasets"][config["datasets"][wildcards.dataset]["base"]]["size"]
 
 
 def method_json(wildcards):
@@ -88,7 +106,9 @@ def gg_dg_pair(methods):
 
 
 def experiment_dataset_set():
-    return [ds for ds in DATASETS if experiment_methods(ds)]
+    """Datasets with trained methods, except the non-blind one (its figures come from its own rules)."""
+    nb = EXPERIMENTS.get("nonblind", {}).get("dataset")
+    return [ds for ds in DATASETS if experiment_methods(ds) and ds != nb]
 
 
 def report_inputs():
@@ -96,6 +116,14 @@ def report_inputs():
         "results/tables/model_summary.csv",
         "results/tables/edge_band_definition.txt",
     ]
+    if "nonblind" in EXPERIMENTS:
+        ds = EXPERIMENTS["nonblind"]["dataset"]
+        files += [
+            "results/tables/nonblind.csv",
+            f"results/nonblind/{ds}/calibration.json",
+            f"results/figures/visual_{ds}.png",
+            f"results/figures/training_curves_{ds}.png",
+        ]
     if "operators" in EXPERIMENTS:
         files.append("results/tables/operators.csv")
     if "synthetic" in EXPERIMENTS:
@@ -109,3 +137,18 @@ def report_inputs():
         if gg_dg_pair(experiment_methods(ds)):
             files.append(f"results/figures/error_difference_{ds}.png")
     return files
+
+
+DECONV_LABELS = {
+    "wiener": "Wiener (centre PSF)",
+    "richardson_lucy": "Richardson-Lucy (centre PSF)",
+    "ring": "Ring deconvolution",
+}
+
+
+def figure_rows(dataset):
+    """{results folder: label} of every restoration shown for `dataset` (methods, then deconvolution)."""
+    rows = method_labels(experiment_methods(dataset))
+    if EXPERIMENTS.get("nonblind", {}).get("dataset") == dataset:
+        rows.update({d: DECONV_LABELS[d] for d in DECONVOLUTION})
+    return rows

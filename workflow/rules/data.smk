@@ -8,6 +8,8 @@ rule sharp_images:
         manifest="results/data/{dataset}/manifest.json",
     log:
         "results/logs/data/{dataset}.log",
+    wildcard_constraints:
+        dataset="|".join(GENERATED),
     conda:
         "../../envs/dgno.yaml"
     params:

@@ -35,6 +35,23 @@ rule table_synthetic:
         "../scripts/table.py"
 
 
+rule table_nonblind:
+    input:
+        experiment_summaries("nonblind") if "nonblind" in EXPERIMENTS else [],
+    output:
+        report(
+            "results/tables/nonblind.csv",
+            caption="../report/nonblind.rst",
+            category="Non-blind comparison",
+        ),
+    log:
+        "results/logs/tables/nonblind.log",
+    conda:
+        "../../envs/report.yaml"
+    script:
+        "../scripts/table.py"
+
+
 rule edge_band:
     input:
         summaries=lambda wc: summaries(
@@ -93,7 +110,7 @@ rule figure_visual:
     conda:
         "../../envs/report.yaml"
     params:
-        methods=lambda wc: method_labels(experiment_methods(wc.dataset)),
+        methods=figure_rows,
         level=lambda wc: config["datasets"][wc.dataset]["test_levels"][0],
         n_images=config["evaluate"]["figure_images"],
     script:
@@ -211,6 +228,11 @@ rule report:
 rule operators:
     input:
         "results/tables/operators.csv",
+
+
+rule nonblind:
+    input:
+        "results/tables/nonblind.csv",
 
 
 rule synthetic:

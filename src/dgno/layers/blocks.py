@@ -32,6 +32,20 @@ def pad_to_multiple(x: Tensor, multiple: int) -> Tensor:
     return F.pad(x, (0, pw, 0, ph), mode=mode)
 
 
+def group_layer_norm(x: Tensor, groups: int, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
+    """y = γ (x − μ) / √(σ² + ε) + β per pixel over each of ``groups`` channel groups.
+
+    x (B, G·d, H, W); weight, bias (G, d).  Reducing over the short group axis of the
+    channel-first map avoids the permute copies of ``F.layer_norm`` on (…, d) rows,
+    and is several times faster on CPU for the small d (3..48) used here.
+    """
+    b, c, h, w = x.shape
+    xg = x.reshape(b, groups, c // groups, h, w)
+    xc = xg - xg.mean(dim=2, keepdim=True)
+    y = xc * torch.rsqrt((xc * xc).mean(dim=2, keepdim=True) + eps)
+    return torch.addcmul(bias[:, :, None, None], y, weight[:, :, None, None]).reshape(b, c, h, w)
+
+
 class LayerNorm2d(nn.Module):
     """y = γ (x − μ_c) / σ_c + β over the channel axis of (B, C, H, W).
 
@@ -46,8 +60,7 @@ class LayerNorm2d(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
-        y = F.layer_norm(x.permute(0, 2, 3, 1), x.shape[1:2], self.weight, self.bias, self.eps)  # (B, H, W, C)
-        return y.permute(0, 3, 1, 2)
+        return group_layer_norm(x, 1, self.weight[None], self.bias[None], self.eps)
 
 
 class Downsample(nn.Module):
@@ -120,23 +133,23 @@ class ShallowInput(nn.Module):
 
 
 class ConvBlock(nn.Module):
-    """x ← x + W_out(GELU(a) ⊙ b),  [a, b] = DWConv3×3(W_in(LN(x))).
+    """x ← x + W_out(GELU(a) ⊙ b),  [a, b] = DWConv3×3(W_in(LN(x))),  a, b ∈ R^dim.
 
-    A light gated residual conv block (GDFN-like, expansion 2): the depth-wise 3×3
+    A light gated residual conv block (GDFN-like, expansion 1): the depth-wise 3×3
     gives local spatial context at negligible cost, the gate gives the non-linearity.
-    Used as the CPU-friendly lifting block in place of MambaIRv2's ASSM.
+    It is the CPU stand-in for MambaIRv2's ASSM in the lifting encoder, so it is kept
+    narrow: a wider hidden layer made the CPU demo ~10 % slower per iteration.
     """
 
-    def __init__(self, dim: int, *, expansion: float = 2.0) -> None:
+    def __init__(self, dim: int) -> None:
         super().__init__()
-        hidden = int(dim * expansion)
         self.norm = LayerNorm2d(dim)
-        self.proj_in = nn.Conv2d(dim, 2 * hidden, 1)
-        self.dwconv = nn.Conv2d(2 * hidden, 2 * hidden, 3, padding=1, groups=2 * hidden)
-        self.proj_out = nn.Conv2d(hidden, dim, 1)
+        self.proj_in = nn.Conv2d(dim, 2 * dim, 1)
+        self.dwconv = nn.Conv2d(2 * dim, 2 * dim, 3, padding=1, groups=2 * dim)
+        self.proj_out = nn.Conv2d(dim, dim, 1)
 
     def forward(self, x: Tensor) -> Tensor:
-        a, b = self.dwconv(self.proj_in(self.norm(x))).chunk(2, dim=1)  # 2 × (B, hidden, H, W)
+        a, b = self.dwconv(self.proj_in(self.norm(x))).chunk(2, dim=1)  # 2 × (B, dim, H, W)
         return x + self.proj_out(F.gelu(a) * b)
 
 

@@ -34,13 +34,18 @@ BACKENDS: tuple[str, ...] = ("auto", "torch", "mamba_ssm", "reference")
 # (rescaled inputs summed over a chunk, their gradients) far from float32 overflow (3e38)
 # while allowing long chunks; the chunk length adapts so this bound always holds.
 EXP_LIMIT = 60.0
-# Longest chunk tried.  On CPU the within-chunk prefix sum is T−1 vector additions and the
-# carry between chunks one per chunk, so the Python-op count per block, T + tokens/T, is
-# smallest near T = 32; on CUDA the prefix sum is one kernel and only the carry loop remains.
-_MAX_CHUNK = {"cpu": 32, "cuda": 128}
-# State elements (batch × tokens × N × D) processed per block: about 2 MB of float32 on CPU,
-# which stays in cache; on CUDA large blocks amortise kernel launches.
+# exp(x) is evaluated as exp2(x·log2 e): torch's vectorised exp2 is about 3× faster than exp on
+# CPU, and the extra rounding of x·log2 e is of the same size as that of x itself.
+LOG2E = 1.0 / math.log(2.0)
+# Longest chunk tried (a power of two).  Longer chunks mean fewer sequential carries between
+# chunks; the exponent bound shortens them on the fly when the steps Δ are large.
+_MAX_CHUNK = {"cpu": 64, "cuda": 128}
+# State elements (batch × tokens × N × d) per block: 2 MB of float32 on CPU, so a block's
+# arrays stay in cache between the passes; on CUDA large blocks amortise kernel launches.
 _BLOCK_ELEMS = {"cpu": 1 << 19, "cuda": 1 << 25}
+# State blocks whose per-token preparation (bias, softplus, layout changes) is done together:
+# those arrays are N times smaller than the state, so one token block spans several state blocks.
+_STATE_BLOCKS_PER_TOKEN_BLOCK = 4
 
 
 def selective_scan(
@@ -160,7 +165,9 @@ def _check_shapes(u, delta, A, B, C, D, z, delta_bias) -> None:
         ok3 = t.dim() == 3 and tuple(t.shape) == (b, n, L)
         ok4 = t.dim() == 4 and t.shape[0] == b and t.shape[2:] == (n, L) and t.shape[1] > 0 and d % t.shape[1] == 0
         if not (ok3 or ok4):
-            raise ValueError(f"{name} must be (b, N, L) = {(b, n, L)} or (b, G, N, L) with G dividing d={d}, got {tuple(t.shape)}")
+            raise ValueError(
+                f"{name} must be (b, N, L) = {(b, n, L)} or (b, G, N, L) with G dividing d={d}, got {tuple(t.shape)}"
+            )
     for name, t, shape in (("D", D, (d,)), ("delta_bias", delta_bias, (d,)), ("z", z, (b, d, L))):
         if t is not None and tuple(t.shape) != shape:
             raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
@@ -171,6 +178,11 @@ def _compute_dtype(u: Tensor) -> torch.dtype:
     return torch.float64 if u.dtype == torch.float64 else torch.float32
 
 
+def _grouped(B: Tensor, dtype: torch.dtype) -> Tensor:
+    """B or C as (b, G, N, L) in the compute dtype (the 3-D layout is the G = 1 case)."""
+    return (B.unsqueeze(1) if B.dim() == 3 else B).to(dtype)
+
+
 def _prepare(u, delta, A, B, C, delta_bias, delta_softplus):
     """Cast to the compute dtype, apply bias/softplus to Δ, and bring B, C to (b, G, N, L)."""
     dtype = _compute_dtype(u)
@@ -179,9 +191,7 @@ def _prepare(u, delta, A, B, C, delta_bias, delta_softplus):
         dt = dt + delta_bias.to(dtype).unsqueeze(-1)
     if delta_softplus:
         dt = F.softplus(dt)
-    B4 = B.unsqueeze(1) if B.dim() == 3 else B
-    C4 = C.unsqueeze(1) if C.dim() == 3 else C
-    return u.to(dtype), dt, A.to(dtype), B4.to(dtype), C4.to(dtype)
+    return u.to(dtype), dt, A.to(dtype), _grouped(B, dtype), _grouped(C, dtype)
 
 
 def _finish(y, last, u, u_, D, z, return_last_state):
@@ -195,136 +205,163 @@ def _finish(y, last, u, u_, D, z, return_last_state):
 
 
 def _selective_scan_torch(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):
-    """The ``"torch"`` backend: elementwise parts by autograd, the recurrence by ``_ChunkedScan``."""
-    u_, dt, A_, B4, C4 = _prepare(u, delta, A, B, C, delta_bias, delta_softplus)
-    device = "cuda" if u_.is_cuda else "cpu"
-    T = chunk_length(dt, A_, _MAX_CHUNK[device])
-    y, last = _ChunkedScan.apply(u_, dt, A_, B4, C4, T, _BLOCK_ELEMS[device])
-    return _finish(y, last, u, u_, D, z, return_last_state)
+    """The ``"torch"`` backend: ``_ChunkedScan`` with the longest chunk whose exponents stay bounded.
 
-
-def chunk_length(dt: Tensor, A: Tensor, max_chunk: int) -> int:
-    """Largest power of two T ≤ ``max_chunk`` with |A|·|σ_t − σ_m| ≤ EXP_LIMIT in every chunk.
-
-    σ_t = Σ_{j≤t} Δ_j is the within-chunk cumulative step and m = ⌊(T−1)/2⌋ the chunk's reference
-    token; the scan evaluates exp(±A(σ_t − σ_m)), so this bound is what keeps it finite.  It is
-    checked through max_d |A_d|·Σ|Δ| over each half chunk, an upper bound of the span that costs
-    two passes over Δ.  Typical MambaIRv2 steps (Δ ≲ 0.1, |A| ≤ 8) give the longest chunk; huge
-    steps shorten the chunks (slower, never wrong).  T = 1 always qualifies.
-    dt: (b, d, L), A: (d, N).
+    Chunks of T = 2^k tokens are tried from the longest down; a chunk length whose exponents
+    would exceed ±EXP_LIMIT is detected on the fly (``_ChunkTooLong``) and halved.  T = 1
+    always works, so the result is exact for any step sizes; huge steps only cost speed.
     """
-    b, d, L = dt.shape
-    alpha = A.detach().abs().amax(dim=1).unsqueeze(-1)  # (d, 1)
-    T = min(max_chunk, 1 << max(0, math.ceil(math.log2(max(L, 1)))))
-    mass = dt.detach().abs()
-    while T > 1:
-        n_chunks = -(-L // T)
-        halves = F.pad(mass, (0, n_chunks * T - L)).view(b, d, 2 * n_chunks, T // 2).sum(-1)  # (b, d, 2·chunks)
-        if float((halves.amax(0) * alpha).amax()) <= EXP_LIMIT:
-            return T
-        T //= 2
-    return 1
+    dtype = _compute_dtype(u)
+    device = "cuda" if u.is_cuda else "cpu"
+    D, delta_bias = (None if t is None else t.to(dtype) for t in (D, delta_bias))
+    args = (u.to(dtype), delta.to(dtype), A.to(dtype), _grouped(B, dtype), _grouped(C, dtype), D, delta_bias)
+    T = min(_MAX_CHUNK[device], 1 << max(0, math.ceil(math.log2(max(u.shape[-1], 1)))))
+    while True:
+        try:
+            y, last = _ChunkedScan.apply(*args, bool(delta_softplus), T, _BLOCK_ELEMS[device])
+            break
+        except _ChunkTooLong:
+            T //= 2
+    if z is not None:
+        y = y * F.silu(z.to(dtype))
+    y = y.to(u.dtype)
+    return (y, last) if return_last_state else y
+
+
+class _ChunkTooLong(Exception):
+    """Raised inside ``_ChunkedScan.forward`` when a chunk's exponents would leave ±EXP_LIMIT."""
+
+
+def _softplus(x: Tensor) -> Tensor:
+    """softplus(x) = max(x, 0) + log1p(e^{−|x|}), with log1p(y) = y · log(u)/(u − 1), u = 1 + y (Kahan).
+
+    Same values as ``F.softplus`` to a few ulp, but built from vectorised exp/log: torch's CPU
+    log1p/softplus kernels are scalar and cost several times a whole scan block.  The ratio
+    log(u)/(u − 1) → 1 as u → 1; adding the smallest normal number to both terms makes the
+    u == 1 case (y below half an ulp of 1) exactly 1 instead of 0/0.
+    """
+    tiny = torch.finfo(x.dtype).tiny
+    y = x.abs().mul_(-LOG2E).exp2_()  # e^{−|x|}
+    u = y + 1
+    ratio = torch.log(u).add_(tiny).div_(u.sub_(1).add_(tiny))
+    return y.mul_(ratio).add_(x.clamp(min=0))
 
 
 class _ChunkedScan(torch.autograd.Function):
-    """h_t = exp(Δ_t A) h_{t−1} + Δ_t u_t B_t, y_t = Σ_n C_t[n] h_t[n], by chunks of T tokens.
+    """y_t = Σ_n C_t[n] h_t[n] + D u_t,  h_t = exp(Δ_t A) h_{t−1} + Δ_t u_t B_t,  Δ = softplus(δ + bias).
 
-    Within a chunk with reference token m, write E_t = exp(A(σ_t − σ_m)) (σ = within-chunk
-    cumulative Δ, so E_t/E_k is the decay from token k to t) and r = exp(A σ_m) (decay from the
-    chunk start to m).  Then, exactly,
+    Within a chunk of T tokens with reference token m, write E_t = exp(A(σ_t − σ_m)) (σ = within-
+    chunk cumulative Δ, so E_t/E_k is the decay from token k to t) and r = exp(A σ_m) (decay from
+    the chunk start to m).  Then, exactly,
 
         h_t = E_t · ( r · h_start + Σ_{k≤t} (Δ_k u_k B_k) / E_k ),
 
-    a cumulative sum instead of a recurrence.  The reference token in the middle bounds both
-    exp(±A(σ_t − σ_m)) by e^EXP_LIMIT (``chunk_length``), so nothing overflows or loses its
-    relative precision, which a single cumulative product over the sequence would.  Only the
-    chunk-start states h_start are carried sequentially, one vector update per chunk.
+    a cumulative sum instead of a recurrence.  The reference token in the middle halves the
+    exponent range, and every chunk is checked to keep A(σ_t − σ_m) within ±EXP_LIMIT, so nothing
+    overflows or loses relative precision, as a single cumulative product over the sequence would.
+    Only the chunk-start states are carried sequentially, one vector update per chunk.
 
-    Tensors are processed in blocks of whole chunks in the token-major layout
-    (b, K, T, N, G, D/G), so per-token quantities broadcast over contiguous channels and a
-    block stays in cache.  The backward pass runs the adjoint recurrence
-    λ_t = C_t g_t + exp(Δ_{t+1} A) λ_{t+1} the same way from the end, recomputing the states
-    block by block from the saved chunk-start states.
+    Work is done in blocks of K whole chunks in the layout (b, T, K, G, N, d/G) — token within
+    chunk, chunk, state — so per-token inputs broadcast over contiguous channels, the chunk
+    cumsum adds contiguous slices, y = C·h is one batched matmul, and a block stays in cache.
+    Everything per token (bias, softplus, the layout changes, D u) is done for several state
+    blocks at once (``_Tokens``), since those many small operations cost more in dispatch than
+    in arithmetic.  The backward
+    pass runs the adjoint recurrence λ_t = C_t g_t + exp(Δ_{t+1} A) λ_{t+1} the same way from the
+    end, recomputing the states block by block from the saved chunk-start states, so memory is
+    O(input), not O(input × N).
     """
 
     @staticmethod
-    def forward(ctx, u, dt, A, B4, C4, T: int, block_elems: int):
-        # u, dt: (b, d, L); A: (d, N); B4, C4: (b, G, N, L)
-        plan = _Plan(u, A, B4, T, block_elems)
-        u_p, dt_p, B_p, C_p = (plan.pad(t) for t in (u, dt, B4, C4))
-        plan.set_offsets(dt_p)
-        At = plan.state_matrix(A)  # (N, G, d/G)
+    def forward(ctx, u, delta, A, B4, C4, D, bias, softplus: bool, T: int, block_elems: int):
+        # u, delta: (b, d, L); A: (d, N); B4, C4: (b, G, N, L); D, bias: (d,) or None
+        plan = _Plan(u, delta, A, B4, C4, D, bias, softplus, T, block_elems)
         starts = u.new_zeros(plan.b, plan.n_chunks + 1, *plan.state)  # h at every chunk start (and the end)
-        y = u.new_empty(plan.b, plan.Lp, plan.d)
-        for c0, c1 in plan.blocks():
-            blk = _Block(plan, At, u_p, dt_p, B_p, c0, c1)
-            for k in range(c1 - c0):  # carry: h_start(k+1) = decay_k · h_start(k) + local end state_k
-                torch.addcmul(blk.local_end[:, k], blk.chunk_decay[:, k], starts[:, c0 + k], out=starts[:, c0 + k + 1])
-            h = blk.states(starts[:, c0:c1])  # (b, K, T, N, G, d/G)
-            h.mul_(plan.tokens(C_p, c0, c1, per="state"))
-            torch.sum(h, dim=3, out=y[:, c0 * T : c1 * T].view(plan.b, c1 - c0, T, plan.g, plan.hd))
-        ctx.save_for_backward(u, dt, A, B4, C4, starts)
-        ctx.T, ctx.block_elems = T, block_elems
-        last = starts[:, -1].flatten(2).transpose(1, 2).clone()  # (b, d, N); a copy, `starts` is saved
-        return y[:, : plan.L].transpose(1, 2), last
+        y = u.new_empty(plan.b, plan.d, plan.Lp)
+        work = (u.new_empty(plan.block_numel), u.new_empty(plan.block_numel))  # reused block buffers
+        for s0, s1 in plan.token_blocks():
+            tok = _Tokens(plan, s0, s1, check=True)
+            y_tok = u.new_empty(plan.b, T, s1 - s0, plan.g, plan.hd)
+            for k0, k1 in plan.state_blocks(s1 - s0):
+                blk = _Block(plan, tok, k0, k1, work)
+                h_s = starts[:, s0 + k0 : s0 + k1 + 1].unbind(1)
+                for k, (end, decay) in enumerate(zip(blk.local_end.unbind(1), blk.chunk_decay.unbind(1))):
+                    torch.addcmul(end, decay, h_s[k], out=h_s[k + 1])  # h_start(k+1) = decay_k · h_start(k) + end_k
+                h = blk.states(starts[:, s0 + k0 : s0 + k1])  # (b, T, K, G, N, hd)
+                y_tok[:, :, k0:k1] = _contract_state(blk.C, h)  # y_t = Σ_n C_t[n] h_t[n]
+            out = plan.store(y, s0, s1, y_tok)
+            if D is not None:
+                out.addcmul_(plan.D, tok.seq(plan.u))
+        ctx.save_for_backward(u, delta, A, B4, C4, D, bias, starts)
+        ctx.softplus, ctx.T, ctx.block_elems = softplus, T, block_elems
+        last = starts[:, -1].transpose(-1, -2).reshape(plan.b, plan.d, plan.n)  # (b, d, N), a copy
+        return y[..., : plan.L], last
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, gy, glast):
-        u, dt, A, B4, C4, starts = ctx.saved_tensors
-        T = ctx.T
-        plan = _Plan(u, A, B4, T, ctx.block_elems)
-        gy = torch.zeros_like(u) if gy is None else gy.to(u.dtype)
-        u_p, dt_p, B_p, C_p, g_p = (plan.pad(t) for t in (u, dt, B4, C4, gy))
-        plan.set_offsets(dt_p)
-        At = plan.state_matrix(A)
-        b, g, hd, n, K_ = plan.b, plan.g, plan.hd, plan.n, plan.n_chunks
-        # adjoint entering from the right of the current chunk: ∂loss/∂h_L, then carried leftwards
+        u, delta, A, B4, C4, D, bias, starts = ctx.saved_tensors
+        plan = _Plan(u, delta, A, B4, C4, D, bias, ctx.softplus, ctx.T, ctx.block_elems)
+        b, T, g, n, hd = plan.b, plan.T, plan.g, plan.n, plan.hd
+        g_p = plan.pad(torch.zeros_like(u) if gy is None else gy.to(u.dtype))
+        # adjoint entering the current chunk from its right: ∂loss/∂h_L at first, then carried leftwards
         carry = u.new_zeros(b, *plan.state)
         if glast is not None:
-            carry += glast.to(u.dtype).transpose(1, 2).reshape(b, *plan.state)
-        du = u.new_empty(b, plan.Lp, g, hd)
-        ddt = u.new_empty(b, plan.Lp, g, hd)
-        dB = u.new_empty(b, plan.Lp, n, g)
-        dC = u.new_empty(b, plan.Lp, n, g)
+            carry += glast.to(u.dtype).view(b, g, hd, n).transpose(-1, -2)
+        du, ddelta = u.new_empty(b, plan.d, plan.Lp), u.new_empty(b, plan.d, plan.Lp)
+        dB, dC = u.new_empty(b, g, n, plan.Lp), u.new_empty(b, g, n, plan.Lp)
         dA = u.new_zeros(plan.state)
-        for c0, c1 in reversed(list(plan.blocks())):
-            k_ = c1 - c0
-            sl = slice(c0 * T, c1 * T)
-            blk = _Block(plan, At, u_p, dt_p, B_p, c0, c1)
-            h = blk.states(starts[:, c0:c1])  # (b, K, T, N, G, hd)
-            g_tok = plan.tokens(g_p, c0, c1, per="channel")  # (b, K, T, 1, G, hd)
-            C_tok = plan.tokens(C_p, c0, c1, per="state")  # (b, K, T, N, G, 1)
-            dC[:, sl] = (h * g_tok).sum(-1).flatten(1, 2)
-            # λ_t = Σ_{k≥t} (E_k / E_t) C_k g_k + (E_end / E_t) · carry  (reverse cumulative sum)
-            lam = blk.E * C_tok * g_tok
-            _cumsum_tokens_(lam, reverse=True)
-            carries = u.new_empty(b, k_, *plan.state)
-            for k in reversed(range(k_)):  # carry_{k−1} = r_k Σ_t E_t c_t + decay_k · carry_k
-                carries[:, k] = carry
-                carry = torch.addcmul(blk.r[:, k, 0] * lam[:, k, 0], blk.chunk_decay[:, k], carry)
-            lam.add_((blk.E[:, :, T - 1] * carries).unsqueeze(2)).div_(blk.E)
-            # a_t h_{t−1} = h_t − Δ_t u_t B_t
-            hb = h.sub_(blk.du_tok * blk.B_tok)
-            lam_B = (lam * blk.B_tok).sum(3)  # (b, K, T, G, hd)
-            lh = lam.mul(hb)
-            du[:, sl] = (blk.dt_tok[:, :, :, 0] * lam_B).flatten(1, 2)
-            ddt[:, sl] = (blk.u_tok[:, :, :, 0] * lam_B + (lh * At).sum(3)).flatten(1, 2)
-            dA += (lh * blk.dt_tok).sum((0, 1, 2))
-            dB[:, sl] = (lam.mul_(blk.du_tok)).sum(-1).flatten(1, 2)
+        for s0, s1 in reversed(list(plan.token_blocks())):
+            tok = _Tokens(plan, s0, s1, check=False, for_backward=True)
+            g_tok = tok.tokens(g_p, per="channel")  # (b, T, S, G, 1, hd)
+            du_tok, ddt_tok = u.new_empty(b, T, s1 - s0, g, hd), u.new_empty(b, T, s1 - s0, g, hd)
+            dB_tok, dC_tok = u.new_empty(b, T, s1 - s0, g, n), u.new_empty(b, T, s1 - s0, g, n)
+            for k0, k1 in reversed(list(plan.state_blocks(s1 - s0))):
+                blk = _Block(plan, tok, k0, k1)
+                h = blk.states(starts[:, s0 + k0 : s0 + k1])  # (b, T, K, G, N, hd)
+                g_k = g_tok[:, :, k0:k1]
+                dC_tok[:, :, k0:k1] = _contract_channel(h, g_k)
+                # λ_t = Σ_{k≥t} (E_k / E_t) C_k g_k + (E_end / E_t) · carry   (reverse cumulative sum)
+                lam = _reverse_cumsum_tokens_(blk.E * blk.C * g_k)
+                carries = u.new_empty(b, k1 - k0, *plan.state)
+                into = (blk.r[:, 0] * lam[:, 0]).unbind(1)  # r_k Σ_t E_t c_t: what chunk k passes on
+                for k, (out, decay) in reversed(list(enumerate(zip(carries.unbind(1), blk.chunk_decay.unbind(1))))):
+                    out.copy_(carry)
+                    carry = torch.addcmul(into[k], decay, carry)  # carry_{k−1} = into_k + decay_k · carry_k
+                lam.add_((blk.E[:, T - 1] * carries).unsqueeze(1)).div_(blk.E)
+                dt_k, u_k = tok.dt[:, :, k0:k1], tok.u[:, :, k0:k1]  # (b, T, K, G, 1, hd)
+                hb = h.sub_(blk.du * blk.B)  # a_t h_{t−1} = h_t − Δ_t u_t B_t
+                lam_B = _contract_state(blk.B, lam)  # Σ_n λ_t[n] B_t[n], (b, T, K, G, hd)
+                lh = hb.mul_(lam)
+                du_tok[:, :, k0:k1] = dt_k[:, :, :, :, 0] * lam_B
+                ddt_tok[:, :, k0:k1] = u_k[:, :, :, :, 0] * lam_B + (lh * plan.At).sum(4)  # ∂/∂Δ
+                dA += lh.mul_(dt_k).sum((0, 1, 2))
+                dB_tok[:, :, k0:k1] = _contract_channel(lam, blk.du)
+            plan.store(du, s0, s1, du_tok)
+            ddt = plan.store(ddelta, s0, s1, ddt_tok)
+            if ctx.softplus:
+                ddt.mul_(torch.sigmoid(tok.x))  # Δ = softplus(x) → ∂/∂x
+            plan.store(dB, s0, s1, dB_tok)
+            plan.store(dC, s0, s1, dC_tok)
         L = plan.L
-        grads_u = du[:, :L].flatten(2).transpose(1, 2)
-        grads_dt = ddt[:, :L].flatten(2).transpose(1, 2)
-        grads_B = dB[:, :L].permute(0, 3, 2, 1)  # (b, G, N, L)
-        grads_C = dC[:, :L].permute(0, 3, 2, 1)
-        grads_A = dA.flatten(1).t()  # (d, N)
-        return grads_u, grads_dt, grads_A, grads_B, grads_C, None, None
+        du, ddelta, dB, dC, g_p = du[..., :L], ddelta[..., :L], dB[..., :L], dC[..., :L], g_p[..., :L]
+        dD = None
+        if D is not None:
+            du += g_p * D.unsqueeze(-1)
+            dD = (g_p * u).sum((0, 2))
+        dbias = None if bias is None else ddelta.sum((0, 2))
+        grads_A = dA.transpose(-1, -2).reshape(plan.d, plan.n)  # (G, N, hd) → (d, N)
+        return du, ddelta, grads_A, dB, dC, dD, dbias, None, None, None
 
 
 class _Plan:
-    """Sizes and layout helpers shared by the forward and backward passes of ``_ChunkedScan``."""
+    """Sizes, padded inputs and the block partition shared by the passes of ``_ChunkedScan``.
 
-    def __init__(self, u: Tensor, A: Tensor, B4: Tensor, T: int, block_elems: int) -> None:
+    Inputs stay in their (…, L) layout; each token block converts its own slice to the block
+    layout, so per-token arrays are rearranged while in cache, never as whole-sequence copies.
+    """
+
+    def __init__(self, u, delta, A, B4, C4, D, bias, softplus: bool, T: int, block_elems: int) -> None:
         self.b, self.d, self.L = u.shape
         self.n = A.shape[1]
         self.g = B4.shape[1]
@@ -332,85 +369,174 @@ class _Plan:
         self.T = T
         self.n_chunks = max(1, -(-self.L // T))
         self.Lp = self.n_chunks * T
-        self.state = (self.n, self.g, self.hd)  # one token's state, channel-minor
-        self.K = max(1, block_elems // (self.b * T * self.n * self.d))  # chunks per block
-
-    def set_offsets(self, dt_p: Tensor) -> None:
-        """σ_t − σ_m per token, (b, d, Lp), and σ_m per chunk, (b, d, chunks), for the padded Δ.
-
-        Computed once for the whole sequence (a cumsum along the contiguous token axis) rather
-        than per block in the token-major layout, where it would be a slow strided cumsum.
-        """
-        m = (self.T - 1) // 2
-        sig = dt_p.view(self.b, self.d, self.n_chunks, self.T).cumsum(-1)
-        self.sig_m = sig[..., m].contiguous()
-        self.rho = (sig - sig[..., m : m + 1]).view(self.b, self.d, self.Lp)
+        self.state = (self.g, self.n, self.hd)  # one token's state, channel-minor
+        self.K = max(1, block_elems // (self.b * T * self.n * self.d))  # chunks per state block
+        self.S = self.K * _STATE_BLOCKS_PER_TOKEN_BLOCK  # chunks per token block
+        self.block_numel = self.b * T * min(self.K, self.n_chunks) * self.n * self.d
+        self.At = A.view(self.g, self.hd, self.n).transpose(1, 2).contiguous()  # (G, N, d/G)
+        self.At2 = self.At * LOG2E  # A in base-2 units: exp(Ax) = exp2(A log2(e) x)
+        self.alpha = A.abs().amax(1)  # (d,) max_n |A_dn|, bounds the exponents
+        self.u, self.delta, self.B, self.C = (self.pad(x) for x in (u, delta, B4, C4))
+        self.D = None if D is None else D.view(self.d, 1, 1)
+        self.bias = None if bias is None else bias.view(self.d, 1, 1)
+        self.softplus = softplus
 
     def pad(self, x: Tensor) -> Tensor:
-        """Zero-pad the token axis to whole chunks: Δ = 0, u = 0 tokens leave the state unchanged."""
+        """Zero-pad the token axis to whole chunks (``_Tokens`` also sets Δ = 0 there, so the
+        padding tokens leave the state, and h_L, unchanged)."""
         return F.pad(x, (0, self.Lp - self.L)) if self.Lp != self.L else x
 
-    def state_matrix(self, A: Tensor) -> Tensor:
-        """A (d, N) → (N, G, d/G), the state layout."""
-        return A.t().reshape(self.state).contiguous()
+    def token_blocks(self):
+        """(c0, c1) chunk ranges of the token blocks, in order."""
+        return ((c0, min(self.n_chunks, c0 + self.S)) for c0 in range(0, self.n_chunks, self.S))
 
-    def blocks(self):
-        """(c0, c1) chunk ranges of the blocks, in order."""
-        return ((c0, min(self.n_chunks, c0 + self.K)) for c0 in range(0, self.n_chunks, self.K))
+    def state_blocks(self, n: int):
+        """(k0, k1) ranges, relative to a token block of n chunks, of its state blocks, in order."""
+        return ((k0, min(n, k0 + self.K)) for k0 in range(0, n, self.K))
 
-    def tokens(self, x: Tensor, c0: int, c1: int, *, per: Literal["channel", "state"]) -> Tensor:
-        """Chunks c0..c1 of x in token-major layout (b, K, T, ·, ·, ·), contiguous.
+    def store(self, out: Tensor, c0: int, c1: int, x: Tensor) -> Tensor:
+        """Write a block result x (b, T, K, G, F) into out (b, G·F, Lp) or (b, G, F, Lp) at chunks c0..c1.
 
-        per="channel": x (b, d, Lp) → (b, K, T, 1, G, d/G);  per="state": x (b, G, N, Lp) → (b, K, T, N, G, 1).
+        Returns the written part of ``out`` as (b, G·F, K, T) or (b, G, F, K, T).
         """
-        xs = x[..., c0 * self.T : c1 * self.T]
-        shape = (self.b, c1 - c0, self.T)
-        if per == "channel":
-            return xs.transpose(1, 2).reshape(*shape, 1, self.g, self.hd)
-        return xs.permute(0, 3, 2, 1).reshape(*shape, self.n, self.g, 1)
+        view = out[..., c0 * self.T : c1 * self.T].unflatten(-1, (c1 - c0, self.T))  # (b, ·, K, T)
+        view.view(self.b, self.g, x.shape[-1], c1 - c0, self.T).copy_(x.permute(0, 3, 4, 2, 1))
+        return view
+
+
+class _Tokens:
+    """Per-token arrays of the chunks c0..c1 (a token block) in the layout (b, T, S, G, ·, ·)."""
+
+    def __init__(self, plan: _Plan, c0: int, c1: int, *, check: bool, for_backward: bool = False) -> None:
+        self.plan, self.c0, self.c1 = plan, c0, c1
+        T, m = plan.T, (plan.T - 1) // 2
+        # Δ and its within-chunk cumulative sum σ, along the contiguous token axis: (b, d, S, T)
+        x = self.seq(plan.delta)
+        if plan.bias is not None:
+            x = x + plan.bias
+        dt = _softplus(x) if plan.softplus else x
+        if c1 == plan.n_chunks and plan.Lp > plan.L:  # padding: Δ = 0 keeps the last state h_L
+            dt = dt.clone()
+            dt.view(plan.b, plan.d, -1)[..., plan.L - c0 * T :] = 0
+        sig = dt.cumsum(-1)
+        rho = sig - sig[..., m : m + 1]  # σ_t − σ_m
+        if check and T > 1:
+            # σ is monotone when Δ = softplus(·) ≥ 0: the extremes are at the chunk's ends
+            span = torch.maximum(-rho[..., 0], rho[..., -1]).amax((0, 2)) if plan.softplus else rho.abs().amax((0, 2, 3))
+            if float((span * plan.alpha).amax()) > EXP_LIMIT:
+                raise _ChunkTooLong
+        self.B = self.tokens(plan.B, per="state")  # (b, T, S, G, N, 1)
+        self.C = self.tokens(plan.C, per="state")
+        self.du = self.tokens(dt * self.seq(plan.u), per="channel", blocked=True)  # (b, T, S, G, 1, hd)
+        self.rho = self.tokens(rho, per="channel", blocked=True)
+        sig_m = self.tokens(sig[..., m : m + 1], per="channel", blocked=True)  # (b, 1, S, G, 1, hd)
+        self.r = sig_m.mul(plan.At2).exp2_()  # (b, 1, S, G, N, hd): decay chunk start → m
+        if for_backward:
+            self.x = x
+            self.dt = self.tokens(dt, per="channel", blocked=True)
+            self.u = self.tokens(plan.u, per="channel")
+
+    def seq(self, x: Tensor) -> Tensor:
+        """This token block of a (b, d, Lp) sequence as a (b, d, S, T) view."""
+        T = self.plan.T
+        return x[..., self.c0 * T : self.c1 * T].unflatten(-1, (self.c1 - self.c0, T))
+
+    def tokens(self, x: Tensor, *, per: Literal["channel", "state"], blocked: bool = False) -> Tensor:
+        """This token block of x in the block layout, contiguous.
+
+        per="channel": x (b, d, Lp) → (b, T, S, G, 1, hd);  per="state": x (b, G, N, Lp) → (b, T, S, G, N, 1).
+        ``blocked``: x is already this block as (b, d, S, T') (T' = T, or 1 for a per-chunk value).
+        """
+        p, k = self.plan, self.c1 - self.c0
+        xs = x if blocked else x[..., self.c0 * p.T : self.c1 * p.T].unflatten(-1, (k, p.T))
+        if per == "channel":  # (b, d, S, T')
+            return xs.permute(0, 3, 2, 1).contiguous().view(p.b, xs.shape[-1], k, p.g, 1, p.hd)
+        return xs.permute(0, 4, 3, 1, 2).contiguous().view(p.b, p.T, k, p.g, p.n, 1)  # (b, G, N, S, T)
 
 
 class _Block:
-    """One block of chunks: the exponentials, rescaled inputs and per-chunk summaries."""
+    """Chunks k0..k1 of a token block, state-sized: exponentials, rescaled inputs, chunk summaries."""
 
-    def __init__(self, plan: _Plan, At: Tensor, u_p: Tensor, dt_p: Tensor, B_p: Tensor, c0: int, c1: int) -> None:
+    def __init__(self, plan: _Plan, tok: _Tokens, k0: int, k1: int, work: tuple[Tensor, Tensor] | None = None) -> None:
         T = plan.T
-        self.dt_tok = plan.tokens(dt_p, c0, c1, per="channel")  # (b, K, T, 1, G, hd)
-        self.u_tok = plan.tokens(u_p, c0, c1, per="channel")
-        self.B_tok = plan.tokens(B_p, c0, c1, per="state")  # (b, K, T, N, G, 1)
-        self.du_tok = self.dt_tok * self.u_tok
-        rho = plan.tokens(plan.rho, c0, c1, per="channel")  # σ_t − σ_m
-        sig_m = plan.sig_m[:, :, c0:c1].transpose(1, 2).reshape(plan.b, c1 - c0, 1, 1, plan.g, plan.hd)
-        self.E = torch.mul(rho, At).exp_()  # (b, K, T, N, G, hd): E_t = exp(A(σ_t − σ_m)), |exponent| ≤ EXP_LIMIT
-        self.r = torch.mul(sig_m, At).exp_()  # (b, K, 1, N, G, hd): decay chunk start → m
-        q = torch.mul(self.du_tok, self.B_tok).div_(self.E)  # Δ_k u_k B_k / E_k
-        self.q = _cumsum_tokens_(q)
-        E_end = self.E[:, :, T - 1]  # (b, K, N, G, hd)
-        self.chunk_decay = self.r[:, :, 0] * E_end  # exp(A σ_end): decay over the whole chunk
-        self.local_end = E_end * q[:, :, T - 1]  # chunk-end state from a zero start
+        shape = (plan.b, T, k1 - k0, *plan.state)
+        E, q = (w[: math.prod(shape)].view(shape) for w in work) if work else (None, None)
+        self.B, self.C, self.du = tok.B[:, :, k0:k1], tok.C[:, :, k0:k1], tok.du[:, :, k0:k1]
+        self.r = tok.r[:, :, k0:k1]
+        self.E = torch.mul(tok.rho[:, :, k0:k1], plan.At2, out=E).exp2_()  # (b, T, K, G, N, hd): exp(A(σ_t − σ_m))
+        # q_t = Σ_{k≤t} Δ_k u_k B_k / E_k, as a cumsum within groups of t2 tokens plus the group
+        # offsets, which are added later together with the carried chunk-start state (one pass).
+        self.q = torch.mul(self.du, self.B, out=q).div_(self.E)
+        self.group_totals = _group_cumsum_(self.q, _group_size(T))  # (b, T/t2, K, G, N, hd)
+        E_end = self.E[:, T - 1]  # (b, K, G, N, hd)
+        self.chunk_decay = self.r[:, 0] * E_end  # exp(A σ_end): decay over the whole chunk
+        self.local_end = E_end * self.group_totals.sum(1)  # chunk-end state from a zero start
 
     def states(self, h_start: Tensor) -> Tensor:
-        """h_t = E_t (r h_start + q_t) for every token of the block; consumes ``q``."""
-        h = self.q.add_((self.r[:, :, 0] * h_start).unsqueeze(2)).mul_(self.E)
-        del self.q
+        """h_t = E_t (r h_start + q_t) for every token of the block, h_start (b, K, G, N, hd); consumes q."""
+        totals = self.group_totals
+        # exclusive prefix sum of the group totals (shifted, not inclusive − own: later terms are
+        # exponentially larger, so that subtraction would cancel catastrophically)
+        offsets = (self.r * h_start.unsqueeze(1)).expand_as(totals).clone()  # (b, T/t2, K, G, N, hd)
+        offsets[:, 1:] += totals[:, :-1].cumsum(1)
+        q = self.q.unflatten(1, (totals.shape[1], -1))  # (b, T/t2, t2, K, G, N, hd)
+        h = q.add_(offsets.unsqueeze(2)).mul_(self.E.unflatten(1, (totals.shape[1], -1))).flatten(1, 2)
+        del self.q, self.group_totals
         return h
 
 
-def _cumsum_tokens_(x: Tensor, *, reverse: bool = False) -> Tensor:
-    """In-place (reverse) cumulative sum over the token axis 2 of a (b, K, T, ...) block.
+def _contract_state(v: Tensor, h: Tensor) -> Tensor:
+    """Σ_n v[n] h[n, :] per token: v (b, T, K, G, N, 1), h (b, T, K, G, N, hd) → (b, T, K, G, hd).
 
-    On CPU, T−1 in-place additions of contiguous token slices run several times faster than
-    ``torch.cumsum`` over a non-innermost axis; on CUDA one cumsum kernel beats T launches.
+    A batched (1×N)·(N×hd) matmul: one fused multiply-reduce instead of a product and a sum.
     """
-    T = x.shape[2]
+    *lead, n, hd = h.shape
+    return torch.bmm(v.reshape(-1, 1, n), h.reshape(-1, n, hd)).view(*lead, hd)
+
+
+def _contract_channel(h: Tensor, v: Tensor) -> Tensor:
+    """Σ_c h[:, c] v[c] per token: h (b, T, K, G, N, hd), v (b, T, K, G, 1, hd) → (b, T, K, G, N)."""
+    *lead, n, hd = h.shape
+    return torch.bmm(h.reshape(-1, n, hd), v.reshape(-1, hd, 1)).view(*lead, n)
+
+
+def _group_size(T: int) -> int:
+    """t2 ≈ √T, a power of two dividing T: the within-group length of the two-level cumsum."""
+    return 1 << (max(T.bit_length() - 1, 0) + 1) // 2
+
+
+def _group_cumsum_(x: Tensor, t2: int) -> Tensor:
+    """In place: cumulative sum over axis 1 of x (b, T, ...) within consecutive groups of t2 tokens.
+
+    Returns the group totals (b, T/t2, ...), a view of x.  On CPU the sum is t2 − 1 additions of
+    contiguous slices (``torch.cumsum`` over a non-innermost axis is several times slower); on
+    CUDA one cumsum kernel.
+    """
+    grouped = x.unflatten(1, (x.shape[1] // t2, t2))  # (b, T1, t2, ...)
     if x.is_cuda:
-        if reverse:
-            x.copy_(x.flip(2).cumsum(2).flip(2))
-        else:
-            torch.cumsum(x, 2, out=x)
-        return x
-    order = range(T - 2, -1, -1) if reverse else range(1, T)
-    step = 1 if reverse else -1
-    for j in order:
-        x[:, :, j].add_(x[:, :, j + step])
+        grouped.copy_(grouped.cumsum(2))
+        return grouped[:, :, t2 - 1]
+    slices = grouped.unbind(2)
+    for prev, cur in zip(slices, slices[1:]):
+        cur.add_(prev)
+    return slices[-1]
+
+
+def _reverse_cumsum_tokens_(x: Tensor) -> Tensor:
+    """In place: x_t ← Σ_{k≥t} x_k over the token axis 1 of a (b, T, K, ...) block.
+
+    On CUDA one cumsum kernel.  On CPU two-level, like ``_group_cumsum_``: t2 − 1 slice additions
+    inside groups of t2 tokens, then T/t2 − 1 to carry the group totals leftwards.
+    """
+    if x.is_cuda:
+        return x.copy_(x.flip(1).cumsum(1).flip(1))
+    T = x.shape[1]
+    t2 = _group_size(T)
+    grouped = x.unflatten(1, (T // t2, t2))  # (b, T1, t2, ...)
+    slices = grouped.unbind(2)
+    for nxt, cur in zip(slices[::-1], slices[-2::-1]):
+        cur.add_(nxt)
+    groups = grouped.unbind(1)
+    for nxt, cur in zip(groups[::-1], groups[-2::-1]):
+        cur.add_(nxt[:, :1])
     return x

@@ -118,11 +118,13 @@ _PAPER = {
     "heads": 16,
     "num_layers": 2,
 }
+# Demo: 4 heads on 48/24/12 decoder channels give the paper's per-head dims 12/6/3;
+# ~100 ms per training step of batch 4 at 64×64 on one CPU core (300 steps ≈ 30 s).
 _DEMO = {
     "encoder_block": "conv",
-    "encoder_channels": [16, 32, 64, 128],
+    "encoder_channels": [12, 24, 48, 96],
     "encoder_blocks": [1, 1, 1, 1],
-    "decoder_channels": [64, 32, 16],
+    "decoder_channels": [48, 24, 12],
     "heads": 4,
     "num_layers": 2,
 }
@@ -170,5 +172,8 @@ for _name, _op in _OPERATORS.items():
     register(
         _name,
         factory=DGNO,
-        scales={scale: {**base, **copy.deepcopy(_op)} for scale, base in (("paper", _PAPER), ("demo", _DEMO), ("smoke", _SMOKE))},
+        scales={
+            scale: {**base, **copy.deepcopy(_op)}
+            for scale, base in (("paper", _PAPER), ("demo", _DEMO), ("smoke", _SMOKE))
+        },
     )

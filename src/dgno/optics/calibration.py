@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dgno.optics.seidel import SEIDEL_NAMES, SeidelCoefficients, check_psf_size, seidel_psf
+from dgno.optics.seidel import SeidelCoefficients, check_psf_size, seidel_psf
 
 FITTED_TERMS: tuple[str, ...] = ("W040", "W131", "W222", "W220", "W020")  # W311 is not identifiable (module doc)
 
@@ -86,9 +86,12 @@ def synthesize_bead_image(
     anchor = np.round(pos).astype(int)
     frac = pos - anchor  # (n, 2) in [−½, ½]
     psfs = seidel_psf(
-        coeffs, _field(pos[:, 0], pos[:, 1], image_shape, fr), size=psf_size, oversampling=oversampling,
+        coeffs,
+        _field(pos[:, 0], pos[:, 1], image_shape, fr),
+        size=psf_size,
+        oversampling=oversampling,
         shift=torch.as_tensor(frac[:, ::-1].copy()),  # (x, y) order
-    ).numpy()  # fmt: skip  # (n, M, M)
+    ).numpy()  # (n, M, M)
     peak0 = float(seidel_psf(SeidelCoefficients(), (0.0, 0.0), size=psf_size, oversampling=oversampling).max())
     image = np.full((h, w), background, dtype=np.float64)
     half = psf_size // 2
@@ -171,21 +174,26 @@ def fit_seidel(
     bump = (patches_t - patches_t.flatten(1).median(dim=1).values[:, None, None]).clamp_min(0)
     mass = bump.sum(dim=(-2, -1)).clamp_min(1e-12)
     centroid = torch.stack([(bump.sum(-2) * ax).sum(-1) / mass, (bump.sum(-1) * ax).sum(-1) / mass], dim=-1)  # (n, 2) x, y
-    free = [SEIDEL_NAMES.index(t) for t in FITTED_TERMS]
     norm = ((patches_t - patches_t.mean(dim=(-2, -1), keepdim=True)) ** 2).sum()
     gen = torch.Generator().manual_seed(int(seed))
+
+    def model_shift(a: Tensor, s: Tensor) -> Tensor:
+        """PSF offsets (n, 2) px.  s is where the tilt-free (Zernike) coma PSF sits; the tilt inside the
+        coma term, ⅔ W131 (u·h), moves the PSF by 2q·⅔ W131 h, so it is subtracted here."""
+        return s - 2.0 * oversampling * (2.0 / 3.0) * a[1] * field
 
     best: tuple[float, Tensor, Tensor] | None = None
     losses: list[float] = []
     for _ in range(n_starts):
-        theta = ((2 * torch.rand(len(free), generator=gen, dtype=torch.float64) - 1) * init_scale).requires_grad_(True)
-        shift = centroid.clone().requires_grad_(True)
-        opt = torch.optim.Adam([theta, shift], lr=lr)
+        a = ((2 * torch.rand(len(FITTED_TERMS), generator=gen, dtype=torch.float64) - 1) * init_scale).requires_grad_(True)
+        s = centroid.clone().requires_grad_(True)
+        opt = torch.optim.Adam([a, s], lr=lr)
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=n_iter, eta_min=lr * 0.02)
         for _ in range(n_iter):
             opt.zero_grad()
-            coeffs = torch.zeros(len(SEIDEL_NAMES), dtype=torch.float64).index_put((torch.tensor(free),), theta)
-            model = seidel_psf(coeffs, field, size=m, oversampling=oversampling, shift=shift)  # (n, M, M)
+            model = seidel_psf(
+                _balanced_to_seidel(a), field, size=m, oversampling=oversampling, shift=model_shift(a, s)
+            )  # (n, M, M)
             loss = (_fit_amplitude(patches_t, model) ** 2).sum() / norm
             loss.backward()
             opt.step()
@@ -193,13 +201,28 @@ def fit_seidel(
         final = float(loss.detach())
         losses.append(final)
         if best is None or final < best[0]:
-            best = (final, theta.detach().clone(), shift.detach().clone())
+            best = (final, a.detach().clone(), model_shift(a, s).detach().clone())
     assert best is not None
-    values = dict.fromkeys(SEIDEL_NAMES, 0.0)
-    values.update({t: float(v) for t, v in zip(FITTED_TERMS, best[1])})
     return SeidelFit(
-        coeffs=SeidelCoefficients(**values).canonical(), loss=best[0], n_beads=n, shifts=best[2].numpy(), start_losses=losses
+        coeffs=SeidelCoefficients.from_tensor(_balanced_to_seidel(best[1])).canonical(),
+        loss=best[0],
+        n_beads=n,
+        shifts=best[2].numpy(),
+        start_losses=losses,
     )
+
+
+def _balanced_to_seidel(a: Tensor) -> Tensor:
+    """Seidel coefficients (6,) from the fit's balanced variables a = (a040, a131, a222, a220, a020).
+
+    The Seidel terms overlap: ρ⁴ contains a best-fit defocus ρ² (ρ⁴ = Z₄⁰/6 + ρ² − 1/6), and
+    H²ρ²cos²θ half a field curvature (= H²ρ²/2 + H²ρ²cos 2θ / 2).  In the balanced variables each one
+    moves a nearly orthogonal aberration (W020 = a020 − a040, W220 = a220 − a222/2), which keeps Adam's
+    steps from trading one term against another; coma's tilt is balanced the same way in the offsets.
+    """
+    zero = a.new_zeros(())
+    # order SEIDEL_NAMES: W040, W131, W222, W220, W311, W020
+    return torch.stack([a[0], a[1], a[2], a[3] - a[2] / 2, zero, a[4] - a[0]])
 
 
 def psf_error(a: SeidelCoefficients, b: SeidelCoefficients, *, fields: Tensor, psf_size: int, oversampling: float = 2.0) -> float:

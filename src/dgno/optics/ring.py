@@ -23,7 +23,8 @@ Discretisation (operator A = B R Bᵀ):
   sampling would skip pixels there.  The cubic kernel also keeps first and second moments, so the
   discretisation adds no extra blur to second order.
 * R: the per-frequency sums above, with H_k(r, r′) ≠ 0 only for |r − r′| ≤ b (the PSF support), so the
-  spectra are stored as a band (2b+1, N, n_φ//2+1) and applied in O(b N n_φ).
+  spectra are stored as a band (2b+1, N, n_φ//2+1) and applied in O(b N n_φ).  (Computing one PSF per
+  radius instead of one per pixel is where most of the gain over direct superposition comes from.)
 * B (polar → Cartesian) interpolates the blurred polar image back at the pixel centres, with the same
   kernel.  Because B and Bᵀ share their weights and R's adjoint is the per-frequency conjugate transpose,
   the adjoint Aᵀ = B Rᵀ Bᵀ is exact (``ring_conv_adjoint``).
@@ -33,9 +34,10 @@ corners, so any H×W (odd, even, non-square such as BBBC006's 520×696) is handl
 the disc outside the image carries no mass, which is the same as zero-padding the image to the disc.
 To model light entering from outside the frame, pad the image before blurring (see ``nonblind``).
 
-Memory: ``cache=True`` keeps the banded spectra, (2b+1)·N·(n_φ/2+1) complex numbers (≈0.45 GB at
-1024×1024 with a 33-px PSF); ``cache=False`` recomputes them for ``chunk_radii`` source radii at a time
-inside every call, bounding the extra memory by the chunk.
+Memory: ``cache=True`` keeps the banded spectra, (2b+1)·N·(n_φ/2+1) real numbers (they are real because
+Seidel PSFs are mirror-symmetric about the field axis; ≈0.16 GB at 1024×1024 with a 25-px PSF);
+``cache=False`` recomputes them for ``chunk_radii`` source radii at a time inside every call, bounding
+the extra memory by the chunk.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dgno.optics.seidel import SeidelCoefficients, check_psf_size, seidel_psf, suggest_psf_size
+from dgno.optics.seidel import SeidelCoefficients, check_psf_size, next_smooth, seidel_psf, suggest_psf_size
 
 InterpName = Literal["linear", "cubic"]
 INTERPS: tuple[str, ...] = get_args(InterpName)
@@ -91,10 +93,12 @@ class PolarGrid:
 
 
 def polar_grid(image_shape: tuple[int, int], *, angular_factor: float = 4.0, radial_step: float = 1.0) -> PolarGrid:
-    """N = ⌈corner radius / Δr⌉ + 1 radii to the corners (+2 guard), n_φ = 4⌈angular_factor·N/4⌉ angles.
+    """N = ⌈corner radius / Δr⌉ + 1 radii to the corners (+2 guard), n_φ ≥ angular_factor·N angles.
 
+    n_φ is 4 times a product of 2, 3 and 5: a multiple of 4 keeps the grid closed under 90° turns, and the
+    smooth factor keeps the angular FFTs fast (pocketfft is ~3× slower on 378 = 2·3³·7 than on 384).
     image_shape: (H, W) pixels.  angular_factor: angles per radius; with Δr = 1 px, 4 gives an arc spacing
-    of π/2 px at the corners.  radial_step: Δr in px.
+    of about π/2 px at the corners.  radial_step: Δr in px.
     """
     h, w = (int(v) for v in image_shape)
     if h < 1 or w < 1:
@@ -104,7 +108,7 @@ def polar_grid(image_shape: tuple[int, int], *, angular_factor: float = 4.0, rad
     if not radial_step > 0:
         raise ValueError(f"radial_step must be > 0 px, got {radial_step!r}")
     n_core = math.ceil(math.hypot((h - 1) / 2.0, (w - 1) / 2.0) / radial_step) + 1
-    n_angles = 4 * math.ceil(angular_factor * n_core / 4)
+    n_angles = 4 * next_smooth(math.ceil(angular_factor * n_core / 4), primes=(2, 3, 5))
     return PolarGrid(image_shape=(h, w), n_radii=n_core + 2, n_angles=n_angles, radial_step=float(radial_step))
 
 
@@ -127,41 +131,45 @@ def _kernel_weights(frac: Tensor, interp: str) -> tuple[list[int], Tensor]:
     return [-1, 0, 1, 2], torch.stack([far(1 + a), near(a), near(1 - a), far(2 - a)], dim=-1)
 
 
-def interpolation_taps(grid: PolarGrid, *, interp: InterpName = "cubic", dtype: torch.dtype = torch.float32, device=None) -> tuple[Tensor, Tensor]:
+def interpolation_taps(
+    grid: PolarGrid, *, interp: InterpName = "cubic", dtype: torch.dtype = torch.float32, device=None
+) -> tuple[Tensor, Tensor]:
     """Sparse matrix B (pixels × polar samples) as taps: y_pix[p] = Σ_t w[p, t] · y_polar.flat[idx[p, t]].
 
     Pixel (i, j) sits at x = j − c_x, y = i − c_y, i.e. radius ρ and angle φ = atan2(y, x) ∈ [0, 2π).
     A radial tap at index −1 is the radius-1 sample on the opposite side (angle + π), so the kernel stays
-    centred through the origin.  Returns idx (H·W, T) int64 and w (H·W, T), T = 4 (linear) or 16 (cubic).
+    centred through the origin.  Returns idx (H·W, T) int64 and w (H·W, T), T = 4 (linear) or 16 (cubic);
+    built in blocks of rows so the float64 temporaries stay small next to the result.
     """
     check_choice("interp", interp, INTERPS)
     h, w = grid.image_shape
     cy, cx = grid.centre
     n_phi = grid.n_angles
-    yy, xx = torch.meshgrid(
-        torch.arange(h, dtype=torch.float64) - cy, torch.arange(w, dtype=torch.float64) - cx, indexing="ij"
-    )
-    rho = torch.sqrt(xx * xx + yy * yy).flatten()  # (P,) px
-    phi = torch.remainder(torch.atan2(yy, xx).flatten(), 2 * math.pi)  # (P,) rad
-    t = rho / grid.radial_step
-    s = phi * n_phi / (2 * math.pi)
-    i0, j0 = torch.floor(t), torch.floor(s)
-    r_off, wr = _kernel_weights(t - i0, interp)  # (P, Tr)
-    a_off, wa = _kernel_weights(s - j0, interp)  # (P, Ta)
-    i0, j0 = i0.long(), j0.long()
-    idx, wt = [], []
-    for kr, oi in enumerate(r_off):
-        ri = i0 + oi  # (P,)
+    n_taps = 4 if interp == "linear" else 16
+    idx = torch.empty(h * w, n_taps, dtype=torch.int64)  # int64: index_add_ is ~20× slower with int32
+    weights = torch.empty(h * w, n_taps, dtype=dtype)
+    xx = torch.arange(w, dtype=torch.float64) - cx  # (W,)
+    rows = max(1, 65536 // w)
+    for i0 in range(0, h, rows):
+        yy = (torch.arange(i0, min(h, i0 + rows), dtype=torch.float64) - cy)[:, None]  # (n, 1)
+        t = torch.sqrt(xx * xx + yy * yy).flatten() / grid.radial_step  # (p,) radius index, fractional
+        s = (
+            torch.remainder(torch.atan2(yy.expand(-1, w), xx.expand(yy.shape[0], -1)).flatten(), 2 * math.pi)
+            * n_phi
+            / (2 * math.pi)
+        )
+        r0, a0 = torch.floor(t), torch.floor(s)
+        r_off, wr = _kernel_weights(t - r0, interp)  # (p, Tr)
+        a_off, wa = _kernel_weights(s - a0, interp)  # (p, Ta)
+        ri = r0.long()[:, None] + torch.tensor(r_off)  # (p, Tr) radius index
         opposite = ri < 0
-        ri = torch.where(opposite, -ri, ri)
-        for ka, oj in enumerate(a_off):
-            aj = torch.remainder(j0 + oj + torch.where(opposite, n_phi // 2, 0), n_phi)
-            idx.append(ri * n_phi + aj)
-            wt.append(wr[:, kr] * wa[:, ka])
-    idx_t = torch.stack(idx, dim=-1)  # (P, T)
-    if int(idx_t.max()) >= grid.n_radii * n_phi:
-        raise AssertionError("polar grid too small for the interpolation kernel")  # guard rings prevent this
-    return idx_t.to(device), torch.stack(wt, dim=-1).to(dtype=dtype, device=device)
+        ri = ri.abs()
+        aj = a0.long()[:, None, None] + torch.tensor(a_off)[None, None, :] + (opposite * (n_phi // 2))[:, :, None]  # (p, Tr, Ta)
+        sl = slice(i0 * w, min(h, i0 + rows) * w)
+        idx[sl] = (ri[:, :, None] * n_phi + torch.remainder(aj, n_phi)).flatten(1)
+        weights[sl] = (wr[:, :, None] * wa[:, None, :]).flatten(1)
+    assert int(idx.max()) < grid.n_radii * n_phi, "the guard rings keep every tap on the grid"
+    return idx.to(device), weights.to(device)
 
 
 def polar_to_cart(yp: Tensor, idx: Tensor, w: Tensor, image_shape: tuple[int, int]) -> Tensor:
@@ -192,17 +200,20 @@ def band_halfwidth(psf_size: int, radial_step: float = 1.0) -> int:
 
 
 def ring_spectra(psfs: Tensor, radii: Tensor, grid: PolarGrid, *, psf_size: int, band: int) -> Tensor:
-    """G[δ+b, i, k] = FFT_φ[ h_{r′_i}(r′_i + δ, φ_j) ](k): banded angular spectra of radial PSFs.
+    """G[δ+b, i, k] = FFT_φ[ h_{r′_i}(r′_i + δ, φ_j) ](k): banded angular spectra of radial PSFs, real.
 
     h_{r′}(r, φ) = PSF_{r′}(r cos φ − r′, r sin φ), the PSF of a source at (r′, 0) read at the polar point
-    (r, φ) by bicubic interpolation of its 0.5-px sampling.  Only angles within the PSF's reach of the
-    source are evaluated (|φ| ≤ asin(e / r′), e the grid corner distance); the rest are exact zeros.  The
-    radii are processed in blocks spanning a factor ≤ 1.3 in radius, so each block's angular window is
-    close to what its radii need.
+    (r, φ) by bicubic interpolation of its 0.5-px sampling.  A Seidel PSF is mirror-symmetric about its
+    field axis (W depends on u only through u·h and |u|), so h(r, −φ) = h(r, φ): only φ ∈ [0, π] is
+    sampled and the spectra, cosine series, are real, which halves their memory and the cost of applying
+    them.  Only angles within the PSF's reach of the source are evaluated (|φ| ≤ asin(e / r′), e the grid
+    corner distance); the rest are exact zeros.  The radii are processed in blocks spanning a factor
+    ≤ 1.3 in radius, so each block's angular window is close to what its radii need.
 
-    psfs: (R, U·M, U·M) PSFs of the sources at radii r′ (px) along +x, sampled with upsample U =
-    ``PSF_UPSAMPLE``, unit sum on the pixel grid.  radii: (R,) radius indices i (r′ = i Δr).  psf_size: M.  band: b radius steps.
-    Returns (2b+1, R, n_φ//2+1) complex; rows with r′ + δ outside [0, N) are zero.
+    psfs: (R, F, F) PSFs of the sources at radii r′ (px) along +x, sampled every 1/U px (U =
+    ``PSF_UPSAMPLE``) about the centre index F//2, unit sum on the pixel grid (``radial_psfs``).
+    radii: (R,) ascending radius indices i (r′ = i Δr).  psf_size: M.  band: b, in radius steps.
+    Returns (2b+1, R, n_φ//2+1) real; rows with r′ + δ outside [0, N) are zero.
     """
     n_src, fine, _ = psfs.shape
     n_phi = grid.n_angles
@@ -219,26 +230,30 @@ def ring_spectra(psfs: Tensor, radii: Tensor, grid: PolarGrid, *, psf_size: int,
         else:
             stop = int((r_px <= 1.3 * r_min).sum())
             half = min(n_phi // 2, math.ceil(math.asin(reach / r_min) * n_phi / (2 * math.pi)) + 2)
-        j = torch.arange(-half, half + (0 if 2 * half == n_phi else 1), device=psfs.device)  # (J,) angle indices
-        phi = j.to(psfs.dtype) * (2 * math.pi / n_phi)
+        phi = torch.arange(0, half + 1, device=psfs.device, dtype=psfs.dtype) * (2 * math.pi / n_phi)  # (J,) 0 … half
         i_out = radii[start:stop].to(psfs.dtype)[:, None, None] + delta[None, :, None]  # (Rb, D, 1) output radius index
         r_src = radii[start:stop].to(psfs.dtype)[:, None, None] * grid.radial_step  # (Rb, 1, 1) px
-        r = i_out * grid.radial_step  # (Rb, D, 1) px
-        gx = (centre + PSF_UPSAMPLE * (r * torch.cos(phi) - r_src)) * scale - 1  # (Rb, D, J)
-        gy = (centre + PSF_UPSAMPLE * (r * torch.sin(phi))) * scale - 1
-        samples = F.grid_sample(
-            psfs[start:stop, None], torch.stack([gx, gy], dim=-1), mode="bicubic", padding_mode="zeros", align_corners=True
-        )[:, 0]  # (Rb, D, J)
+        # grid_sample coordinate of the offset d (px): (centre + U d) · scale − 1, with d = (r cos φ − r′, r sin φ)
+        a = PSF_UPSAMPLE * scale * grid.radial_step * i_out  # (Rb, D, 1): r in grid_sample units
+        offset = centre * scale - 1
+        gx = torch.addcmul(offset - PSF_UPSAMPLE * scale * r_src, a, torch.cos(phi))  # (Rb, D, J)
+        gy = torch.addcmul(torch.full_like(a, offset), a, torch.sin(phi))
+        grid_xy = torch.stack([gx, gy], dim=-1)  # (Rb, D, J, 2)
+        samples = F.grid_sample(psfs[start:stop, None], grid_xy, mode="bicubic", padding_mode="zeros", align_corners=True)
         valid = (i_out >= 0) & (i_out < grid.n_radii)  # (Rb, D, 1)
-        full[:, start:stop, torch.remainder(j, n_phi)] = (samples * valid).transpose(0, 1)
+        samples = (samples[:, 0] * valid).transpose(0, 1)  # (D, Rb, J)
+        full[:, start:stop, : half + 1] = samples
+        if half:  # h(r, −φ) = h(r, φ): angles n_φ − half … n_φ − 1 mirror half … 1
+            full[:, start:stop, n_phi - half :] = samples[..., 1:].flip(-1)
         start = stop
-    return torch.fft.rfft(full, dim=-1)  # (D, R, K)
+    return torch.fft.rfft(full, dim=-1).real.contiguous()  # (D, R, K); imaginary parts are round-off
 
 
 def ring_accumulate(src: Tensor, spectra: Tensor, r0: int, out: Tensor, *, adjoint: bool = False) -> None:
     """out[:, r′+δ] += G[δ, r′] src[:, r′] (forward) or out[:, r′] += conj(G[δ, r′]) src[:, r′+δ] (adjoint).
 
-    src, out: (L, N, K) complex angular spectra.  spectra: (2b+1, R, K) for source radii r0 … r0+R−1.
+    src, out: (L, N, K) complex angular spectra.  spectra: (2b+1, R, K), real or complex, for source radii
+    r0 … r0+R−1.
     """
     n = src.shape[-2]
     n_band, n_src, _ = spectra.shape
@@ -259,10 +274,19 @@ def ring_accumulate(src: Tensor, spectra: Tensor, r0: int, out: Tensor, *, adjoi
 def radial_psfs(
     coeffs: SeidelCoefficients, radii: Tensor, *, field_radius: float, psf_size: int, oversampling: float, dtype: torch.dtype
 ) -> Tensor:
-    """PSFs of sources at (r′, 0), r′ = radii (R,) px (float): field h = (r′ / field_radius, 0).  → (R, U·M, U·M)."""
-    field = torch.stack([radii.to(torch.float64) / field_radius, torch.zeros(radii.shape, dtype=torch.float64)], dim=-1)
-    c = coeffs.as_tensor(dtype=torch.float64, device=radii.device)
-    return seidel_psf(c, field.to(radii.device), size=psf_size, oversampling=oversampling, upsample=PSF_UPSAMPLE).to(dtype)
+    """PSFs of sources at (r′, 0), r′ = radii (R,) px (float): field h = (r′ / field_radius, 0).  → (R, F, F).
+
+    Sampled every 1/U px (U = ``PSF_UPSAMPLE``) and cropped to the F = 2k+1 samples symmetric about the
+    centre: the even-sized FFT grid has one unpaired edge row/column, which would make the model's PSFs
+    (and so the blur of a symmetric object) slightly lopsided.
+    """
+    field = torch.stack([radii.to(dtype) / field_radius, torch.zeros(radii.shape, dtype=dtype, device=radii.device)], dim=-1)
+    c = coeffs.as_tensor(dtype=dtype, device=radii.device)
+    fine = seidel_psf(c, field, size=psf_size, oversampling=oversampling, upsample=PSF_UPSAMPLE)
+    n = fine.shape[-1]
+    centre = n // 2
+    k = min(centre, n - 1 - centre)
+    return fine[..., centre - k : centre + k + 1, centre - k : centre + k + 1].to(dtype)
 
 
 def ring_conv(x: Tensor, spectra_chunks: Iterator[tuple[int, Tensor]], idx: Tensor, w: Tensor, grid: PolarGrid) -> Tensor:
@@ -330,7 +354,7 @@ class RingBlur(nn.Module):
         radial_step: float = 1.0,
         interp: InterpName = "cubic",
         cache: bool = True,
-        chunk_radii: int = 64,
+        chunk_radii: int = 128,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ) -> None:
@@ -344,8 +368,10 @@ class RingBlur(nn.Module):
         if not self.field_radius > 0:
             raise ValueError(f"field_radius must be > 0 px, got {field_radius!r}")
         max_field = self.grid.corner_radius / self.field_radius
-        self.psf_size = check_psf_size(psf_size) if psf_size is not None else suggest_psf_size(
-            self.coeffs, max_field=max_field, oversampling=oversampling
+        self.psf_size = (
+            check_psf_size(psf_size)
+            if psf_size is not None
+            else suggest_psf_size(self.coeffs, max_field=max_field, oversampling=oversampling)
         )
         self.oversampling = float(oversampling)
         self.band = band_halfwidth(self.psf_size, self.grid.radial_step)
@@ -353,11 +379,17 @@ class RingBlur(nn.Module):
         self.cache = bool(cache)
         self.dtype = dtype
         self.hparams = dict(
-            coeffs=self.coeffs.as_dict(), image_shape=list(self.grid.image_shape), field_radius=self.field_radius,
-            psf_size=self.psf_size, oversampling=self.oversampling, angular_factor=float(angular_factor),
-            radial_step=self.grid.radial_step, interp=interp,
-            cache=self.cache, chunk_radii=self.chunk_radii,
-        )  # fmt: skip
+            coeffs=self.coeffs.as_dict(),
+            image_shape=list(self.grid.image_shape),
+            field_radius=self.field_radius,
+            psf_size=self.psf_size,
+            oversampling=self.oversampling,
+            angular_factor=float(angular_factor),
+            radial_step=self.grid.radial_step,
+            interp=interp,
+            cache=self.cache,
+            chunk_radii=self.chunk_radii,
+        )
         idx, w = interpolation_taps(self.grid, interp=interp, dtype=dtype, device=device)
         self.register_buffer("taps_idx", idx, persistent=False)
         self.register_buffer("taps_w", w, persistent=False)
@@ -376,9 +408,13 @@ class RingBlur(nn.Module):
             for r0 in range(0, n, self.chunk_radii):
                 radii = torch.arange(r0, min(n, r0 + self.chunk_radii), device=device)  # indices
                 psfs = radial_psfs(
-                    self.coeffs, radii * self.grid.radial_step, field_radius=self.field_radius, psf_size=self.psf_size,
-                    oversampling=self.oversampling, dtype=self.dtype,
-                )  # fmt: skip
+                    self.coeffs,
+                    radii * self.grid.radial_step,
+                    field_radius=self.field_radius,
+                    psf_size=self.psf_size,
+                    oversampling=self.oversampling,
+                    dtype=self.dtype,
+                )
                 yield r0, ring_spectra(psfs, radii, self.grid, psf_size=self.psf_size, band=self.band)
 
     def _chunks(self) -> Iterator[tuple[int, Tensor]]:
@@ -441,7 +477,11 @@ def pixel_psfs(
         (torch.arange(h, dtype=dtype) - cy) / field_radius, (torch.arange(w, dtype=dtype) - cx) / field_radius, indexing="ij"
     )
     field = torch.stack([fx, fy], dim=-1)  # (H, W, 2)
-    return seidel_psf(coeffs.as_tensor(dtype=dtype), field, size=psf_size, oversampling=oversampling)  # (H, W, M, M)
+    c = coeffs.as_tensor(dtype=dtype)
+    out = torch.empty(h, w, psf_size, psf_size, dtype=dtype)
+    for i0 in range(0, h, 16):  # row blocks bound the complex pupil/far-field temporaries
+        out[i0 : i0 + 16] = seidel_psf(c, field[i0 : i0 + 16], size=psf_size, oversampling=oversampling)
+    return out  # (H, W, M, M)
 
 
 def superposition_blur(x: Tensor, psfs: Tensor, *, rows_per_chunk: int = 16) -> Tensor:
@@ -475,13 +515,13 @@ __all__ = [
     "band_halfwidth",
     "cart_to_polar",
     "interpolation_taps",
+    "pixel_psfs",
     "polar_grid",
     "polar_to_cart",
     "radial_psfs",
     "ring_accumulate",
     "ring_conv",
     "ring_conv_adjoint",
-    "pixel_psfs",
     "ring_spectra",
     "superposition_blur",
 ]

@@ -28,10 +28,11 @@ METRIC_LABELS = {
     "lpips": "LPIPS ↓",
     "params_m": "Params (M)",
     "gflops": "GFLOPs",
+    "gmacs": "GMACs",
     "psnr_edge": "edge-band PSNR ↑",
     "psnr_interior": "interior PSNR ↑",
 }
-DIGITS = {"psnr": 2, "ssim": 3, "lpips": 3, "params_m": 2, "gflops": 2, "psnr_edge": 2, "psnr_interior": 2}
+DIGITS = {"psnr": 2, "ssim": 3, "lpips": 3, "params_m": 2, "gflops": 2, "gmacs": 2, "psnr_edge": 2, "psnr_interior": 2}
 
 # The paper's experiment catalogue (DESIGN.md) and where this pipeline stands on each entry.
 CATALOGUE = [
@@ -83,10 +84,10 @@ def _num(x: Any) -> float | None:
     return None if math.isnan(v) else v
 
 
-def mark_best(table: Table) -> None:
-    """Bold the best measured value per column (higher or lower is better by metric)."""
+def mark_best(table: Table, skip_rows: tuple[str, ...] = ("Blurred input",)) -> None:
+    """Bold the best measured value per column among the methods (the blurred input is a reference row)."""
     for j, (_, metric) in enumerate(table.columns):
-        vals = [(i, row[1][j].measured) for i, row in enumerate(table.rows) if row[1][j].measured is not None]
+        vals = [(i, row[1][j].measured) for i, row in enumerate(table.rows) if row[1][j].measured is not None and row[0] not in skip_rows]
         if len(vals) < 2 or metric not in HIGHER_IS_BETTER:
             continue
         best = (max if HIGHER_IS_BETTER[metric] else min)(v for _, v in vals)

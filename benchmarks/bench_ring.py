@@ -1,0 +1,188 @@
+"""Benchmark of the ring (LRI) forward model on CPU; writes OUT_JSON.
+
+    python benchmarks/bench_ring.py results/benchmarks/ring.json [--threads 1] [--repeats 5]
+
+* Forward model at 256², 512² (and 1024², cached and memory-bounded streaming modes): time to build the
+  operator (PSFs + banded spectra), median time of A and Aᵀ after a warm-up, and peak memory.  Each case
+  runs in a fresh process so its peak resident memory (``resource.getrusage``, minus the process's
+  resident size just before the case) is its own; torch allocates outside Python's heap, which is why
+  ``tracemalloc`` would miss it.
+* Speed-up over brute-force superposition at 128² (and 256², for the trend): end to end (from the
+  coefficients: per-pixel PSFs + superposition vs ring build + apply) and apply only (precomputed
+  per-pixel PSFs vs cached spectra), with the relative L2 difference of the two results on a uniform
+  random image (the hardest case for the polar resampling).
+
+Fixed seed, float32, the Seidel coefficients of the non-blind experiment (``nonblind.REFERENCE_COEFFS``)
+and twice those (a wider PSF, where brute force costs more).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _rss_mb() -> float:
+    """Current resident set size of this process, MB (Linux /proc)."""
+    with open("/proc/self/statm") as fh:
+        pages = int(fh.read().split()[1])
+    return pages * resource.getpagesize() / 2**20
+
+
+def _timed(fn, repeats: int) -> tuple[float, Any]:
+    """Median wall time (s) of `repeats` calls after one warm-up call; returns (median, last result)."""
+    out = fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def _forward_case(size: int, coeffs: dict, cache: bool, repeats: int, threads: int, queue) -> None:
+    import torch
+
+    from dgno.optics.ring import RingBlur
+    from dgno.optics.seidel import SeidelCoefficients
+
+    torch.set_num_threads(threads)
+    x = torch.rand(1, 1, size, size, generator=torch.Generator().manual_seed(0))
+    base = _rss_mb()
+    t0 = time.perf_counter()
+    op = RingBlur(coeffs=SeidelCoefficients(**coeffs), image_shape=(size, size), cache=cache)
+    build = time.perf_counter() - t0
+    with torch.no_grad():
+        t_fwd, _ = _timed(lambda: op.A(x), repeats)
+        t_adj, _ = _timed(lambda: op.A_adjoint(x), repeats)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB → MB on Linux
+    queue.put(
+        {
+            "size": size,
+            "cache": cache,
+            "psf_size": op.psf_size,
+            "n_radii": op.grid.n_radii,
+            "n_angles": op.grid.n_angles,
+            "band_halfwidth": op.band,
+            "build_s": build,
+            "forward_s": t_fwd,
+            "adjoint_s": t_adj,
+            "spectra_mb": (op.spectra.numel() * op.spectra.element_size() / 2**20) if cache else 0.0,
+            "peak_rss_mb": peak,
+            "peak_rss_above_start_mb": peak - base,
+        }
+    )
+
+
+def _speedup_case(size: int, coeffs: dict, repeats: int, threads: int, queue) -> None:
+    import torch
+
+    from dgno.optics.ring import RingBlur, pixel_psfs, superposition_blur
+    from dgno.optics.seidel import SeidelCoefficients
+
+    torch.set_num_threads(threads)
+    c = SeidelCoefficients(**coeffs)
+    x = torch.rand(1, 1, size, size, generator=torch.Generator().manual_seed(0))
+    probe = RingBlur(coeffs=c, image_shape=(size, size))
+    kw = dict(field_radius=size / 2.0, psf_size=probe.psf_size)
+
+    def brute_end_to_end():
+        return superposition_blur(x, pixel_psfs((size, size), c, dtype=torch.float32, **kw))
+
+    def ring_end_to_end():
+        return RingBlur(coeffs=c, image_shape=(size, size)).A(x)
+
+    with torch.no_grad():
+        t_brute, y_brute = _timed(brute_end_to_end, max(1, repeats // 2))
+        t_ring, y_ring = _timed(ring_end_to_end, repeats)
+        psfs = pixel_psfs((size, size), c, dtype=torch.float32, **kw)
+        t_brute_apply, _ = _timed(lambda: superposition_blur(x, psfs), repeats)
+        t_ring_apply, _ = _timed(lambda: probe.A(x), repeats)
+    queue.put(
+        {
+            "size": size,
+            "psf_size": probe.psf_size,
+            "brute_end_to_end_s": t_brute,
+            "ring_end_to_end_s": t_ring,
+            "speedup_end_to_end": t_brute / t_ring,
+            "brute_apply_s": t_brute_apply,
+            "ring_apply_s": t_ring_apply,
+            "speedup_apply": t_brute_apply / t_ring_apply,
+            "rel_l2_ring_vs_brute": float((y_ring - y_brute).norm() / y_brute.norm()),
+        }
+    )
+
+
+def _in_child(target, *args) -> dict:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=target, args=(*args, queue))
+    proc.start()
+    result = queue.get()
+    proc.join()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_json", type=Path)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (the shared machine has 2 cores)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024], help="forward-model sizes")
+    parser.add_argument("--speedup-sizes", type=int, nargs="+", default=[128, 256], help="sizes compared with brute force")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from dgno import provenance
+    from dgno.io import write_json
+    from dgno.optics.nonblind import REFERENCE_COEFFS
+
+    torch.manual_seed(0)
+    coeff_sets = {
+        "reference": REFERENCE_COEFFS.as_dict(),
+        "reference_x2": {k: 2 * v for k, v in REFERENCE_COEFFS.as_dict().items()},
+    }
+    forward = []
+    for size in args.sizes:
+        for cache in (True, False):
+            row = _in_child(_forward_case, size, coeff_sets["reference"], cache, args.repeats, args.threads)
+            row["coeffs"] = "reference"
+            forward.append(row)
+            print(
+                f"forward {size}² cache={cache}: build {row['build_s']:.2f} s, A {row['forward_s']:.3f} s, "
+                f"peak +{row['peak_rss_above_start_mb']:.0f} MB",
+                file=sys.stderr,
+            )
+    speedup = []
+    for size in args.speedup_sizes:
+        for name, coeffs in coeff_sets.items():
+            row = _in_child(_speedup_case, size, coeffs, args.repeats, args.threads)
+            row["coeffs"] = name
+            speedup.append(row)
+            msg = f"{size}² {name}: end-to-end ×{row['speedup_end_to_end']:.1f}, apply ×{row['speedup_apply']:.0f}"
+            print(msg, file=sys.stderr)
+    write_json(
+        args.out_json,
+        {
+            "benchmark": "ring (LRI) forward model, CPU, float32",
+            "threads": args.threads,
+            "repeats": args.repeats,
+            "coeff_sets": coeff_sets,
+            "forward": forward,
+            "speedup_vs_brute_force": speedup,
+            "target_speedup": 50,
+            **provenance.collect("cpu"),
+        },
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

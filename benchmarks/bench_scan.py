@@ -1,0 +1,173 @@
+"""Time the chunked pure-PyTorch selective scan against the sequential reference.
+
+Usage: python benchmarks/bench_scan.py OUT_JSON [--lengths 4096 65536] [--backward-lengths 1024]
+                                        [--threads 1] [--repeats 5] [--device cpu|cuda]
+
+The scan is set up as in MambaIRv2's ASSM at the paper's first encoder level: d = 2·48 = 96
+channels, d_state N = 8, one B/C group (the 4-D layout), A = −(1…N) (S4D-real init), Δ = softplus(δ +
+bias) with the bias drawn like mamba's dt init (softplus⁻¹ of log-uniform [1e-3, 0.1]), D = 1,
+batch 1, fixed seed.  For each length L the fast scan is warmed up and timed ``repeats`` times
+(best time: the least disturbed by other processes on a shared machine), the reference once
+(it runs seconds), both forward only under ``torch.no_grad``; the max |difference| is reported.
+For ``--backward-lengths`` forward + backward are timed the same way and the largest gradient
+difference (relative to the gradient's max) over all inputs is reported; the reference's autograd
+through per-token slices grows quadratically, hence the short default length.
+On CUDA the reference is run on the CPU (its Python loop is launch-bound on a GPU) and ``mamba_ssm``
+is timed too when it imports.  The JSON records device, threads and versions, so numbers from
+different machines are never compared by accident.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import time
+
+import torch
+
+from dgno.io import write_json
+from dgno.layers.selective_scan import mamba_selective_scan_fn, selective_scan
+
+D_INNER, D_STATE, BATCH = 96, 8, 1
+
+
+def make_inputs(L: int, device: str, seed: int = 0) -> dict[str, torch.Tensor]:
+    """One MambaIRv2-like scan problem of L tokens (see module docstring)."""
+    g = torch.Generator().manual_seed(seed)
+    dt = torch.exp(torch.rand(D_INNER, generator=g) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
+    inputs = {
+        "u": torch.randn(BATCH, D_INNER, L, generator=g),
+        "delta": torch.randn(BATCH, D_INNER, L, generator=g) * 0.5,
+        "A": -torch.arange(1, D_STATE + 1, dtype=torch.float32).repeat(D_INNER, 1),
+        "B": torch.randn(BATCH, 1, D_STATE, L, generator=g),
+        "C": torch.randn(BATCH, 1, D_STATE, L, generator=g),
+        "D": torch.ones(D_INNER),
+        "delta_bias": dt + torch.log(-torch.expm1(-dt)),  # softplus⁻¹(dt)
+    }
+    return {k: v.to(device) for k, v in inputs.items()}
+
+
+def scan(inputs: dict[str, torch.Tensor], backend: str) -> torch.Tensor:
+    return selective_scan(
+        inputs["u"], inputs["delta"], inputs["A"], inputs["B"], inputs["C"], inputs["D"],
+        delta_bias=inputs["delta_bias"], delta_softplus=True, backend=backend,
+    )
+
+
+def grads(inputs: dict[str, torch.Tensor], backend: str) -> dict[str, torch.Tensor]:
+    """Gradients of a fixed random projection of the output w.r.t. every input (one forward + backward)."""
+    leaves = {k: v.detach().clone().requires_grad_(True) for k, v in inputs.items()}
+    y = scan(leaves, backend)
+    w = torch.randn(y.shape, generator=torch.Generator().manual_seed(1)).to(y.device)
+    return dict(zip(leaves, torch.autograd.grad((y * w).sum(), list(leaves.values()))))
+
+
+def best_time(fn, repeats: int, device: str) -> tuple[float, torch.Tensor]:
+    """Best wall time of ``repeats`` calls (synchronised on CUDA), and the last result."""
+    best, out = float("inf"), None
+    for _ in range(repeats):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def machine(device: str) -> dict:
+    info = {
+        "device": torch.cuda.get_device_name() if device == "cuda" else f"cpu ({platform.processor() or platform.machine()})",
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "load_average": os.getloadavg(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "mamba_ssm": mamba_selective_scan_fn() is not None,
+    }
+    return info
+
+
+def main(out_path: str, lengths: list[int], backward_lengths: list[int], repeats: int, device: str) -> dict:
+    cases = []
+    with torch.no_grad():
+        for L in lengths:
+            inputs = make_inputs(L, device)
+            scan(inputs, "torch")  # warm-up
+            t_fast, fast = best_time(lambda: scan(inputs, "torch"), repeats, device)
+            cpu_inputs = {k: v.cpu() for k, v in inputs.items()}
+            t_ref, ref = best_time(lambda: scan(cpu_inputs, "reference"), 1, "cpu")
+            case = {
+                "tokens": L,
+                "pass": "forward",
+                "d_inner": D_INNER,
+                "d_state": D_STATE,
+                "batch": BATCH,
+                "torch_s": t_fast,
+                "reference_s": t_ref,
+                "reference_device": "cpu",
+                "speedup": t_ref / t_fast,
+                "max_abs_error": float((fast.cpu() - ref).abs().max()),
+                "max_abs_output": float(ref.abs().max()),
+            }
+            if device == "cuda" and mamba_selective_scan_fn() is not None:
+                scan(inputs, "mamba_ssm")
+                t_mamba, out_mamba = best_time(lambda: scan(inputs, "mamba_ssm"), repeats, device)
+                case["mamba_ssm_s"] = t_mamba
+                case["mamba_ssm_max_abs_error"] = float((out_mamba.cpu() - ref).abs().max())
+                case["torch_vs_mamba_ssm_max_abs_diff"] = float((out_mamba - fast).abs().max())
+            cases.append(case)
+            print(
+                f"L={L}: torch {t_fast:.4f}s  reference {t_ref:.3f}s  speed-up {case['speedup']:.1f}x  "
+                f"max|err| {case['max_abs_error']:.1e}",
+                flush=True,
+            )
+    for L in backward_lengths:
+        inputs = make_inputs(L, device)
+        grads(inputs, "torch")  # warm-up
+        t_fast, g_fast = best_time(lambda: grads(inputs, "torch"), repeats, device)
+        cpu_inputs = {k: v.cpu() for k, v in inputs.items()}
+        t_ref, g_ref = best_time(lambda: grads(cpu_inputs, "reference"), 1, "cpu")
+        rel = {k: float((g_fast[k].cpu() - g_ref[k]).abs().max() / g_ref[k].abs().max()) for k in g_ref}
+        cases.append(
+            {
+                "tokens": L,
+                "pass": "forward+backward",
+                "torch_s": t_fast,
+                "reference_s": t_ref,
+                "reference_device": "cpu",
+                "speedup": t_ref / t_fast,
+                "max_rel_grad_error": max(rel.values()),
+                "rel_grad_error": rel,
+            }
+        )
+        print(f"L={L} fwd+bwd: torch {t_fast:.4f}s  reference {t_ref:.3f}s  max rel grad err {max(rel.values()):.1e}", flush=True)
+    result = {
+        "benchmark": "selective_scan",
+        "device_kind": device,
+        "timing": f"best of {repeats} (torch backend, after warm-up), reference once; float32",
+        "target": "speed-up >= 20 at 65536 tokens with max abs error <= 1e-4 (CPU)",
+        "machine": machine(device),
+        "cases": cases,
+    }
+    write_json(out_path, result)
+    return result
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_json")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[4096, 65536])
+    parser.add_argument("--backward-lengths", type=int, nargs="*", default=[1024])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    main(args.out_json, args.lengths, args.backward_lengths, args.repeats, args.device)

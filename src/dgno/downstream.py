@@ -1,0 +1,391 @@
+"""StarDist downstream check: does restoring an image make nuclei easier to segment?
+
+The paper's downstream table runs StarDist 2D on the blurred, each method's restored and the sharp
+test images and reports the average precision AP_τ = TP / (TP + FP + FN) at IoU τ = 0.5 / 0.7 / 0.9
+(``stardist.matching.matching(...).accuracy``) and their mean. Counts are pooled over all images of
+a condition before dividing (the dataset-level AP that ``stardist.matching.matching_dataset`` reports),
+so one image with few nuclei cannot dominate the mean.
+
+The model is either the published ``2D_versatile_fluo`` (downloaded at run time: cluster only) or a
+small StarDist2D that :func:`train_stardist` fits on the training split's sharp images and masks; the
+model directory carries ``dgno_stardist.json`` saying which, so the report can name the model.
+
+TensorFlow and StarDist are an optional extra (``requirements-stardist.txt``, ``envs/stardist.yaml``):
+they are imported inside the functions, so ``import dgno.downstream`` works without them, and every
+entry point fails with :class:`MissingExtraError` naming the install command. TensorFlow's thread pools
+are capped on first use (see :func:`configure_tensorflow_threads`) because its default is one thread
+per core *per pool*, which starves the other jobs on a small shared machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from dgno.data.paired import dataset_normalisation, dihedral, read_split
+from dgno.io import InputError, read_image, read_raw_image, write_csv, write_json
+
+THRESHOLDS = (0.5, 0.7, 0.9)
+INSTALL_HINT = "pip install -r requirements-stardist.txt"
+PRETRAINED_NAME = "2D_versatile_fluo"
+MODEL_INFO = "dgno_stardist.json"  # written beside StarDist's own config.json / weights_best.h5
+PERCENTILES = (1.0, 99.8)  # StarDist's standard input normalisation (csbdeep ``normalize``)
+COLUMNS = ("condition", "ap50", "ap70", "ap90", "map", "n_images")
+
+
+class MissingExtraError(ImportError):
+    """TensorFlow / StarDist (the optional 'stardist' extra) are not installed."""
+
+
+def _import_stardist() -> None:
+    """Import tensorflow + stardist + csbdeep (thread pools capped first), or say how to install them."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep C++ info/warnings out of rule logs
+    try:
+        import csbdeep  # noqa: F401
+        import stardist  # noqa: F401
+        import tensorflow  # noqa: F401
+    except ImportError as exc:
+        raise MissingExtraError(
+            f"the StarDist downstream check needs the optional 'stardist' extra (tensorflow-cpu, stardist, csbdeep), "
+            f"which is not importable here ({exc}). Fix: {INSTALL_HINT} (from the repository root), "
+            "or run the rule with --use-conda (envs/stardist.yaml)"
+        ) from exc
+    configure_tensorflow_threads()
+
+
+def default_threads() -> int:
+    """TensorFlow intra-op threads: $DGNO_TF_THREADS if set, else min(2, CPUs this process may use)."""
+    env = os.environ.get("DGNO_TF_THREADS")
+    if env:
+        n = int(env)
+        if n < 1:
+            raise ValueError(f"DGNO_TF_THREADS={env!r}: must be a positive integer")
+        return n
+    return max(1, min(2, len(os.sched_getaffinity(0))))
+
+
+def configure_tensorflow_threads(intra: int | None = None, inter: int = 1) -> tuple[int, int]:
+    """Cap TensorFlow's intra-op and inter-op pools; return the (intra, inter) sizes in effect.
+
+    TensorFlow fixes its pools when the runtime starts, so this must run before the first op; later
+    calls cannot change them and just report what is in effect (0 would mean "one per core", and is
+    never what this module leaves behind).
+    """
+    import tensorflow as tf
+
+    intra = default_threads() if intra is None else intra
+    with contextlib.suppress(RuntimeError):  # runtime already initialised: pools are fixed
+        tf.config.threading.set_intra_op_parallelism_threads(intra)
+        tf.config.threading.set_inter_op_parallelism_threads(inter)
+    return tf.config.threading.get_intra_op_parallelism_threads(), tf.config.threading.get_inter_op_parallelism_threads()
+
+
+# ---------------------------------------------------------------------------------------------- metric
+
+
+def _ap_key(t: float) -> str:
+    return f"ap{round(t * 100)}"
+
+
+def average_precision(
+    gt_labels: np.ndarray | Sequence[np.ndarray],
+    pred_labels: np.ndarray | Sequence[np.ndarray],
+    thresholds: Sequence[float] = THRESHOLDS,
+) -> dict[str, float]:
+    """AP_τ = TP/(TP+FP+FN) at each IoU τ, keys ``ap50``, ``ap70``, ``ap90``, plus ``map`` (their mean).
+
+    Accepts one label image or a list of them (same length for GT and prediction); for a list the
+    TP/FP/FN counts of ``stardist.matching.matching`` are summed before dividing, which for a single
+    image is exactly its ``.accuracy``. Label images are integer arrays, 0 = background.
+    """
+    _import_stardist()
+    from stardist.matching import matching
+
+    gts = [gt_labels] if isinstance(gt_labels, np.ndarray) else list(gt_labels)
+    preds = [pred_labels] if isinstance(pred_labels, np.ndarray) else list(pred_labels)
+    if len(gts) != len(preds) or not gts:
+        raise ValueError(f"need the same non-zero number of GT and predicted label images, got {len(gts)} and {len(preds)}")
+    thresholds = tuple(float(t) for t in thresholds)
+    if not thresholds or not all(0.0 < t <= 1.0 for t in thresholds):
+        raise ValueError(f"thresholds={thresholds!r}: need at least one IoU threshold in (0, 1]")
+    counts = np.zeros((len(thresholds), 3), dtype=np.int64)  # (τ, [tp, fp, fn])
+    for gt, pred in zip(gts, preds):
+        for k, m in enumerate(matching(np.asarray(gt), np.asarray(pred), thresh=thresholds)):
+            counts[k] += (m.tp, m.fp, m.fn)
+    out = {}
+    for t, (tp, fp, fn) in zip(thresholds, counts):
+        out[_ap_key(t)] = float(tp / (tp + fp + fn)) if tp > 0 else 0.0  # stardist's convention: no TP → 0
+    out["map"] = float(np.mean([out[_ap_key(t)] for t in thresholds]))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- model
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Send StarDist's informational prints to /dev/null (errors still raise)."""
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        yield
+
+
+def normalise_for_stardist(img: np.ndarray) -> np.ndarray:
+    """Percentile normalisation (1 %, 99.8 %) that StarDist models are trained and applied with.
+
+    Applied to every condition alike, so restored, blurred and sharp images enter the network on the
+    same intensity footing whatever their stored range.
+    """
+    from csbdeep.utils import normalize
+
+    return normalize(np.asarray(img, dtype=np.float32), *PERCENTILES, axis=(0, 1)).astype(np.float32)
+
+
+def load_stardist_model(source: str | Path) -> tuple[Any, str]:
+    """Return (StarDist2D model, one-line description of where it came from, for the report).
+
+    source: ``"pretrained"`` → the published ``2D_versatile_fluo`` (downloaded from GitHub: needs the
+    network) or the path of a model directory (as written by :func:`train_stardist` or StarDist itself).
+    """
+    _import_stardist()
+    from stardist.models import StarDist2D
+
+    if str(source) == "pretrained":
+        try:
+            with _quiet():
+                model = StarDist2D.from_pretrained(PRETRAINED_NAME)
+        except Exception as exc:  # noqa: BLE001 - any download/unpack failure means the same to the user
+            raise RuntimeError(
+                f"could not fetch the pretrained StarDist model {PRETRAINED_NAME!r} ({type(exc).__name__}: {exc}); it is "
+                "downloaded from GitHub at run time and needs network access. Fix: run where the network is reachable, "
+                "or train a local model (dgno.downstream.train_stardist) and pass its directory"
+            ) from exc
+        if model is None:
+            raise RuntimeError(f"StarDist does not know the pretrained model {PRETRAINED_NAME!r} (stardist version mismatch?)")
+        return model, f"StarDist2D '{PRETRAINED_NAME}' (published pretrained model)"
+    path = Path(source)
+    if not (path / "config.json").is_file():
+        raise ValueError(
+            f"StarDist model source {str(source)!r} is neither 'pretrained' nor a model directory with config.json; "
+            "allowed: 'pretrained' or the path of a trained StarDist2D model directory"
+        )
+    with _quiet():  # StarDist prints which thresholds it loaded
+        model = StarDist2D(None, name=path.name, basedir=str(path.parent))
+    info = path / MODEL_INFO
+    desc = json.loads(info.read_text())["source"] if info.is_file() else f"StarDist2D model at {path}"
+    return model, desc
+
+
+def _augment(seed: int):
+    """Random dihedral transform (same for image and mask) and a mild intensity gain/offset.
+
+    Nuclei have no orientation and exposure varies between images, so both are free extra data for
+    a model that sees only a few training images.
+    """
+    rng = np.random.default_rng(seed)
+
+    def aug(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        k = int(rng.integers(8))
+        x = np.ascontiguousarray(dihedral(x, k))
+        y = np.ascontiguousarray(dihedral(y, k))
+        return (x * rng.uniform(0.8, 1.2) + rng.uniform(-0.05, 0.05)).astype(np.float32), y
+
+    return aug
+
+
+def train_stardist(
+    images: Sequence[np.ndarray],
+    masks: Sequence[np.ndarray],
+    out_dir: str | Path,
+    *,
+    epochs: int,
+    steps_per_epoch: int,
+    patch: int,
+    seed: int,
+    dataset: str,
+    n_rays: int = 32,
+    learning_rate: float = 1e-3,
+) -> tuple[Any, str]:
+    """Train a small StarDist2D on sharp images + instance masks and store it at ``out_dir``.
+
+    Small on purpose (U-Net depth 2, 16 base filters, grid 2×2, batch 4): the demo trains it on CPU in
+    about a minute. One image in five (none when there are fewer than five) is held out for validation
+    and StarDist's probability/NMS threshold tuning; with none held out, the training images serve both
+    (recorded in ``dgno_stardist.json``). The directory is built beside ``out_dir`` and renamed into
+    place at the end, so an interrupted run leaves no model that looks complete.
+    Returns (model loaded from out_dir, description string for the report).
+    """
+    _import_stardist()
+    import keras
+    from stardist import fill_label_holes
+    from stardist.models import Config2D, StarDist2D
+
+    if len(images) != len(masks) or not images:
+        raise ValueError(f"need the same non-zero number of images and masks, got {len(images)} and {len(masks)}")
+    div = 8  # 2 U-Net poolings × grid 2
+    if patch < div or patch % div:
+        raise ValueError(f"patch={patch!r}: must be a positive multiple of {div} (U-Net depth 2 × grid 2)")
+    for i, (x, y) in enumerate(zip(images, masks)):
+        if x.shape[:2] != y.shape or min(y.shape) < patch:
+            raise ValueError(f"image {i}: shape {x.shape} / mask {y.shape} must match and be at least {patch}×{patch} (the patch)")
+    xs = [normalise_for_stardist(x) for x in images]
+    ys = [fill_label_holes(np.asarray(y).astype(np.int32)) for y in masks]
+    n_val = len(xs) // 5
+    train_x, train_y = xs[: len(xs) - n_val], ys[: len(ys) - n_val]
+    val_x, val_y = (xs[len(xs) - n_val :], ys[len(ys) - n_val :]) if n_val else (train_x, train_y)
+
+    out_dir = Path(out_dir)
+    tmp = out_dir.parent / f"{out_dir.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    conf = Config2D(
+        n_rays=n_rays,
+        grid=(2, 2),
+        n_channel_in=1,
+        unet_n_depth=2,
+        unet_n_filter_base=16,
+        net_conv_after_unet=64,
+        train_patch_size=(patch, patch),
+        train_batch_size=4,
+        train_learning_rate=learning_rate,
+        train_epochs=epochs,
+        train_steps_per_epoch=steps_per_epoch,
+        train_tensorboard=False,
+        train_reduce_lr=None,
+    )
+    keras.utils.set_random_seed(seed)
+    start = time.perf_counter()
+    try:
+        with (tmp.parent / f"{tmp.name}.log").open("w") as log, contextlib.redirect_stdout(log):
+            model = StarDist2D(conf, name=tmp.name, basedir=str(tmp.parent))
+            model.train(train_x, train_y, validation_data=(val_x, val_y), augmenter=_augment(seed), seed=seed)
+            model.optimize_thresholds(val_x, val_y, predict_kwargs={"show_tile_progress": False}, optimize_kwargs={"verbose": 0})
+        shutil.move(tmp.parent / f"{tmp.name}.log", tmp / "train.log")
+        description = f"StarDist2D trained by dgno on {dataset} train split"
+        info = {
+            "source": description,
+            "dataset": dataset,
+            "n_train_images": len(train_x),
+            "n_validation_images": n_val,
+            "validation": "held-out training images" if n_val else "the training images themselves (fewer than 5 images)",
+            "epochs": epochs,
+            "steps_per_epoch": steps_per_epoch,
+            "patch": patch,
+            "n_rays": n_rays,
+            "grid": [2, 2],
+            "unet_n_depth": 2,
+            "unet_n_filter_base": 16,
+            "learning_rate": learning_rate,
+            "seed": seed,
+            "normalisation": f"csbdeep normalize(img, {PERCENTILES[0]}, {PERCENTILES[1]})",
+            "thresholds": dict(model.thresholds._asdict()),
+            "train_seconds": round(time.perf_counter() - start, 1),
+        }
+        write_json(tmp / MODEL_INFO, info)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            (tmp.parent / f"{tmp.name}.log").unlink()
+        raise
+    return load_stardist_model(out_dir)
+
+
+# ------------------------------------------------------------------------------------------ evaluation
+
+
+def predict_labels(model: Any, image: np.ndarray) -> np.ndarray:
+    """StarDist instance labels (uint16-compatible int array, 0 = background) for one (H, W) image."""
+    labels, _ = model.predict_instances(normalise_for_stardist(image), show_tile_progress=False, verbose=False)
+    return labels
+
+
+def evaluate_stardist(model: Any, images: dict[str, Sequence[np.ndarray]], gt_masks: Sequence[np.ndarray]):
+    """One row per condition: condition, ap50, ap70, ap90, map, n_images (a pandas DataFrame).
+
+    images: {condition (e.g. "blurred", a method name, "sharp") → images in the order of gt_masks}.
+    """
+    import pandas as pd
+
+    _import_stardist()
+    rows = []
+    for condition, imgs in images.items():
+        if len(imgs) != len(gt_masks):
+            raise ValueError(f"condition {condition!r}: {len(imgs)} images but {len(gt_masks)} ground-truth masks")
+        preds = [predict_labels(model, img) for img in imgs]
+        rows.append({"condition": condition, **average_precision(list(gt_masks), preds, THRESHOLDS), "n_images": len(imgs)})
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def load_split_with_labels(data_dir: str | Path, split: str) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:
+    """(ids, sharp images float32 [0, 1], label masks) of one split, read in the dataset's normalisation."""
+    data_dir = Path(data_dir)
+    ids = read_split(data_dir).get(split, [])
+    if not ids:
+        raise InputError(f"{data_dir / 'split.csv'}: no images in split {split!r}. Fix: regenerate the split")
+    norm = dataset_normalisation(data_dir)
+    images = [read_image(data_dir / "gt" / f"{i}.tif", normalise=norm) for i in ids]
+    masks = [_read_labels(data_dir / "labels" / f"{i}.tif") for i in ids]
+    return ids, images, masks
+
+
+def _read_labels(path: Path) -> np.ndarray:
+    """An instance label mask: an integer 2-D image (0 = background)."""
+    if not path.exists():
+        raise InputError(f"{path}: label mask missing. Fix: the StarDist check needs labels/<id>.tif for every test image")
+    arr = read_raw_image(path)
+    if arr.ndim != 2 or arr.dtype.kind not in "ui":
+        raise InputError(f"{path}: expected a 2-D integer label mask, got {arr.dtype} {arr.shape}. Fix: store uint16 labels")
+    return arr
+
+
+def run_downstream(
+    data_dir: str | Path,
+    eval_root: str | Path,
+    level: str,
+    methods: Sequence[str],
+    model_dir: str | Path,
+    out_csv: str | Path,
+):
+    """StarDist AP on the test split: blurred (level), each method's restored images, sharp → CSV.
+
+    Reads ``labels/<id>.tif`` (GT), ``gt/<id>.tif`` (sharp), ``blur/<level>/<id>.tif`` and
+    ``<eval_root>/<method>/<level>/restored/<id>.tif``. model_dir: a model directory or "pretrained".
+    The CSV adds ``level`` and ``model`` (where the StarDist model came from) to every row, and a
+    sibling ``<out_csv stem>.json`` holds the same provenance. Returns the DataFrame.
+    """
+    data_dir, eval_root = Path(data_dir), Path(eval_root)
+    ids, sharp, masks = load_split_with_labels(data_dir, "test")
+    norm = dataset_normalisation(data_dir)
+    conditions: dict[str, list[np.ndarray]] = {
+        "blurred": [read_image(data_dir / "blur" / level / f"{i}.tif", normalise=norm) for i in ids]
+    }
+    for method in methods:
+        if method in ("blurred", "sharp"):
+            raise ValueError(f"method name {method!r} clashes with a reference condition ('blurred', 'sharp'); rename it")
+        folder = eval_root / method / level / "restored"
+        conditions[method] = [read_image(folder / f"{i}.tif", normalise=norm) for i in ids]
+    conditions["sharp"] = sharp
+    for name, imgs in conditions.items():
+        for i, img, mask in zip(ids, imgs, masks):
+            if img.shape[:2] != mask.shape:
+                raise InputError(f"{name} image {i}: shape {img.shape} differs from its label mask {mask.shape}. Fix: regenerate it")
+    model, description = load_stardist_model(model_dir)
+    frame = evaluate_stardist(model, conditions, masks)
+    frame.insert(1, "level", level)
+    frame["model"] = description
+    write_csv(out_csv, frame)
+    write_json(
+        Path(out_csv).with_suffix(".json"),
+        {"model": description, "model_dir": str(model_dir), "level": level, "dataset": str(data_dir), "test_ids": ids},
+    )
+    return frame

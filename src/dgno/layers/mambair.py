@@ -1,0 +1,206 @@
+"""MambaIRv2's attentive state-space module (ASSM) and the DGNO lifting-encoder block built on it.
+
+    block(x) = x' + GDFN(LN(x')),   x' = x + ASSM(LN(x))                      (x: B × C × H × W)
+
+ASSM (Guo et al., "MambaIRv2: Attentive State Space Restoration", CVPR 2025) scans the image as a
+sequence of H·W tokens with a selective state-space model (``selective_scan``) and makes the scan
+"attentive" in two ways:
+
+* semantic-guided neighbouring: a small MLP routes every token to one of ``num_tokens`` prompts;
+  tokens are sorted by route before the scan and unsorted after it, so tokens with the same
+  route — similar content anywhere in the image — are neighbours in the 1-D scan instead of
+  only raster neighbours;
+* attentive state-space equation: the routed prompt, a low-rank (num_tokens × inner_rank ×
+  d_state) learned dictionary entry, is added to the scan's output matrix C, so what a token
+  reads out of the state depends on its route.
+
+Routing uses a hard Gumbel-softmax (straight-through) while training, as MambaIRv2 does.  In eval
+mode the route is the argmax of the router's logits — no noise — so inference is deterministic.
+MambaIRv2's full layer also has a shifted-window self-attention branch before the ASSM; DGNO's
+encoder block (DESIGN.md, "Model") is ASSM + GDFN only, which is also what the paper's parameter
+count (12.79 M) implies, so the window branch is not part of this block.
+
+GDFN is Restormer's gated depth-wise feed-forward network (Zamir et al., CVPR 2022).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from dgno.layers.selective_scan import BACKENDS, Backend, selective_scan
+
+
+class ASSM(nn.Module):
+    """y = P_out(LN(S6_{C + prompt}(sort_r(x̃))))  unsorted,  x̃ = W_in x ⊙ σ(DWConv3×3(W_in x)).
+
+    Shapes: x (B, L, dim) tokens of an H×W image in raster order → (B, L, dim).
+
+    Args (keyword-only): dim; d_state (N of the scan, paper: 8); num_tokens (prompts/routes, 64);
+    inner_rank (rank of the prompt dictionary, 32); expand (hidden = expand·dim channels are
+    scanned, 2); scan_backend (``selective_scan`` backend; "auto" = mamba_ssm on CUDA when
+    available, else the exact chunked torch scan).
+    """
+
+    def __init__(
+        self,
+        *,
+        dim: int,
+        d_state: int = 8,
+        num_tokens: int = 64,
+        inner_rank: int = 32,
+        expand: float = 2.0,
+        scan_backend: Backend = "auto",
+    ) -> None:
+        super().__init__()
+        if scan_backend not in BACKENDS:
+            raise ValueError(f"unknown scan_backend {scan_backend!r}; allowed: {', '.join(map(repr, BACKENDS))}")
+        if dim < 3:
+            raise ValueError(f"ASSM needs dim >= 3 (its router has dim // 3 hidden units), got {dim}")
+        hidden = int(dim * expand)
+        self.d_state, self.scan_backend = d_state, scan_backend
+        # value path: 1×1 projection, gated by a depth-wise 3×3 (a conditional positional encoding,
+        # the only place the scan sees 2-D neighbourhoods)
+        self.in_proj = nn.Conv2d(dim, hidden, 1)
+        self.cpe = nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden)
+        # router: token → log-probabilities over num_tokens routes
+        self.route = nn.Sequential(nn.Linear(dim, dim // 3), nn.GELU(), nn.Linear(dim // 3, num_tokens))
+        # prompt dictionary, factorised (num_tokens × inner_rank)(inner_rank × d_state)
+        self.prompt_codes = nn.Parameter(torch.empty(num_tokens, inner_rank).uniform_(-1 / num_tokens, 1 / num_tokens))
+        self.prompt_basis = nn.Parameter(torch.empty(inner_rank, d_state).uniform_(-1 / inner_rank, 1 / inner_rank))
+        # selective scan parameters (Mamba's S6 with a low-rank Δ projection)
+        self.dt_rank = math.ceil(hidden / 16)
+        self.x_proj = nn.Linear(hidden, self.dt_rank + 2 * d_state, bias=False)  # → Δ (low rank), B, C
+        self.dt_proj = nn.Linear(self.dt_rank, hidden)  # its bias is the scan's delta_bias
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, d_state + 1, dtype=torch.float32)).repeat(hidden, 1))
+        self.D = nn.Parameter(torch.ones(hidden))
+        self.out_norm = nn.LayerNorm(hidden)
+        self.out_proj = nn.Linear(hidden, dim)
+        _init_dt_proj(self.dt_proj)
+
+    def forward(self, x: Tensor, size: tuple[int, int]) -> Tensor:
+        b, L, _ = x.shape
+        h, w = size
+        one_hot = self.routes(x)  # (B, L, num_tokens), one-hot
+        prompt = one_hot @ (self.prompt_codes @ self.prompt_basis)  # (B, L, N)
+        # semantic-guided neighbouring: stable sort by route, scan, unsort
+        order = one_hot.detach().argmax(-1).argsort(dim=-1, stable=True)  # (B, L)
+        inverse = torch.empty_like(order).scatter_(1, order, torch.arange(L, device=x.device).expand(b, L))
+
+        v = self.in_proj(x.transpose(1, 2).reshape(b, -1, h, w))  # (B, hidden, H, W)
+        v = (v * torch.sigmoid(self.cpe(v))).flatten(2)  # (B, hidden, L)
+        v = _take(v, order, dim=2)
+        y = self._scan(v, _take(prompt, order, dim=1).transpose(1, 2))  # (B, hidden, L), sorted order
+        y = self.out_proj(self.out_norm(y.transpose(1, 2)))  # (B, L, dim)
+        return _take(y, inverse, dim=1)
+
+    def routes(self, x: Tensor) -> Tensor:
+        """One-hot route of every token, (B, L, num_tokens).
+
+        Training: hard Gumbel-softmax of the router's log-probabilities (straight-through, so the
+        router learns through the prompt).  Eval: argmax, deterministic.
+        """
+        logits = F.log_softmax(self.route(x), dim=-1)
+        if self.training:
+            return F.gumbel_softmax(logits, hard=True, dim=-1)
+        return F.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
+
+    def _scan(self, v: Tensor, prompt: Tensor) -> Tensor:
+        """S6 over v (B, hidden, L) with C ← C + prompt (B, N, L); returns (B, hidden, L)."""
+        dt, B, C = self.x_proj(v.transpose(1, 2)).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+        dt = F.linear(dt, self.dt_proj.weight).transpose(1, 2)  # (B, hidden, L); bias added in the scan
+        B = B.transpose(1, 2).unsqueeze(1)  # (B, 1, N, L): one group, MambaIRv2's layout
+        C = (C.transpose(1, 2) + prompt).unsqueeze(1)
+        A = -torch.exp(self.A_log.float())  # (hidden, N), A < 0: a decaying state
+        return selective_scan(
+            v.float(), dt.float(), A, B.float(), C.float(), self.D.float(),
+            delta_bias=self.dt_proj.bias.float(), delta_softplus=True, backend=self.scan_backend,
+        ).to(v.dtype)
+
+
+class GDFN(nn.Module):
+    """y = W_out(GELU(a) ⊙ b),  [a, b] = DWConv3×3(W_in x):  Restormer's gated depth-wise FFN.
+
+    The gate lets the block pass or suppress each hidden feature; the depth-wise conv adds the
+    local context a token-wise MLP lacks.  Bias-free 1×1/3×3 convolutions, as in Restormer.
+    Shapes: (B, dim, H, W) → (B, dim, H, W); hidden = ⌊expansion · dim⌋.
+    """
+
+    def __init__(self, *, dim: int, expansion: float = 2.66) -> None:
+        super().__init__()
+        hidden = int(dim * expansion)
+        self.project_in = nn.Conv2d(dim, 2 * hidden, 1, bias=False)
+        self.dwconv = nn.Conv2d(2 * hidden, 2 * hidden, 3, padding=1, groups=2 * hidden, bias=False)
+        self.project_out = nn.Conv2d(hidden, dim, 1, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        a, b = self.dwconv(self.project_in(x)).chunk(2, dim=1)
+        return self.project_out(F.gelu(a) * b)
+
+
+class ASSMBlock(nn.Module):
+    """x ← x + ASSM(LN(x)),  x ← x + GDFN(LN(x)):  DGNO's lifting-encoder block, shapes (B, dim, H, W).
+
+    The two pre-norm residual halves of a MambaIRv2-style block: long-range mixing along the
+    route-sorted scan, then a local gated feed-forward.  Any H, W (the scan has no window size).
+    """
+
+    def __init__(
+        self,
+        *,
+        dim: int,
+        d_state: int = 8,
+        num_tokens: int = 64,
+        inner_rank: int = 32,
+        expand: float = 2.0,
+        ffn_expansion: float = 2.66,
+        scan_backend: Backend = "auto",
+    ) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.assm = ASSM(
+            dim=dim, d_state=d_state, num_tokens=num_tokens, inner_rank=inner_rank, expand=expand, scan_backend=scan_backend
+        )
+        self.norm2 = nn.LayerNorm(dim)
+        self.gdfn = GDFN(dim=dim, expansion=ffn_expansion)
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, c, h, w = x.shape
+        t = x.flatten(2).transpose(1, 2)  # (B, HW, C)
+        t = t + self.assm(self.norm1(t), (h, w))
+        x = t.transpose(1, 2).reshape(b, c, h, w)
+        return x + self.gdfn(self.norm2(t).transpose(1, 2).reshape(b, c, h, w))
+
+
+def _init_dt_proj(dt_proj: nn.Linear, dt_min: float = 1e-3, dt_max: float = 0.1, floor: float = 1e-4) -> None:
+    """Mamba's Δ initialisation: softplus(bias) log-uniform in [dt_min, dt_max], weight U(±rank^−½).
+
+    Starting with small, varied steps gives every channel a different memory length (1/Δ tokens)
+    and keeps exp(ΔA) near 1, so the untrained scan neither forgets instantly nor explodes.
+    """
+    std = dt_proj.in_features**-0.5
+    with torch.no_grad():
+        dt_proj.weight.uniform_(-std, std)
+        dt = torch.exp(torch.rand(dt_proj.out_features) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
+        dt = dt.clamp(min=floor)
+        dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus⁻¹(dt)
+
+
+def _take(x: Tensor, index: Tensor, *, dim: int) -> Tensor:
+    """x permuted along ``dim`` (the token axis) by index (B, L), per batch element."""
+    shape = [1] * x.dim()
+    shape[0], shape[dim] = index.shape
+    return x.gather(dim, index.view(shape).expand_as(x))
+
+
+def _assm_block(dim: int) -> ASSMBlock:
+    """Registry factory: the paper's ASSM block (d_state 8, 64 routes, rank 32, expand 2, GDFN 2.66)."""
+    return ASSMBlock(dim=dim)
+
+
+from dgno.layers.blocks import register_encoder_block  # noqa: E402  (registers on import, see blocks.py)
+
+register_encoder_block("assm")(_assm_block)

@@ -1,0 +1,72 @@
+# Stage 6: the Seidel-PSF non-blind comparison — calibration, ring (LRI) blur, deconvolution.
+
+
+rule seidel_calibration:
+    output:
+        "results/nonblind/{dataset}/calibration.json",
+    log:
+        "results/logs/nonblind/{dataset}/calibration.log",
+    benchmark:
+        "results/benchmarks/seidel_calibration/{dataset}.tsv"
+    wildcard_constraints:
+        dataset="|".join(SEIDEL),
+    conda:
+        "../../envs/dgno.yaml"
+    params:
+        seidel=lambda wc: config["datasets"][wc.dataset].get("seidel", {}),
+        image_size=seidel_image_size,
+        seed=config["seed"],
+    script:
+        "../scripts/seidel_calibration.py"
+
+
+rule seidel_blur:
+    input:
+        unpack(seidel_base_inputs),
+    output:
+        split="results/data/{dataset}/split.csv",
+        gt=directory("results/data/{dataset}/gt"),
+        blur=directory("results/data/{dataset}/blur/seidel"),
+        manifest="results/data/{dataset}/manifest.json",
+    log:
+        "results/logs/nonblind/{dataset}/blur.log",
+    benchmark:
+        "results/benchmarks/seidel_blur/{dataset}.tsv"
+    wildcard_constraints:
+        dataset="|".join(SEIDEL),
+    conda:
+        "../../envs/dgno.yaml"
+    params:
+        device=config["device"],
+    script:
+        "../scripts/seidel_blur.py"
+
+
+rule deconvolve:
+    input:
+        split="results/data/{dataset}/split.csv",
+        blur="results/data/{dataset}/blur/{level}",
+        calibration="results/nonblind/{dataset}/calibration.json",
+    output:
+        summary="results/eval/{dataset}/{deconv}/{level}/summary.json",
+        per_image="results/eval/{dataset}/{deconv}/{level}/per_image.csv",
+        restored=directory("results/eval/{dataset}/{deconv}/{level}/restored"),
+    log:
+        "results/logs/nonblind/{dataset}/{deconv}_{level}.log",
+    benchmark:
+        "results/benchmarks/deconvolve/{dataset}/{deconv}_{level}.tsv"
+    wildcard_constraints:
+        dataset="|".join(SEIDEL),
+        deconv="wiener|richardson_lucy|ring",
+    conda:
+        "../../envs/dgno.yaml"
+    resources:
+        gpu=1 if config["device"] != "cpu" else 0,
+    params:
+        evaluate=config["evaluate"],
+        ring_iterations=config["experiments"]
+        .get("nonblind", {})
+        .get("ring_iterations", 300),
+        device=config["device"],
+    script:
+        "../scripts/deconvolve.py"

@@ -1,0 +1,36 @@
+"""Rule `deconvolve`: non-blind restoration (Wiener / Richardson-Lucy with the centre PSF, or ring
+deconvolution with the spatially varying PSFs), then the same scoring as every other method."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _log  # noqa: E402
+
+_log.redirect(snakemake.log[0])  # noqa: F821
+sm = snakemake  # noqa: F821
+
+from dgno.evaluate import score_dataset  # noqa: E402
+from dgno.optics.nonblind import deconvolve_dataset  # noqa: E402
+from dgno.train import pick_device  # noqa: E402
+
+data_dir = Path(sm.input.split).parent
+out_dir = Path(sm.output.summary).parent
+deconvolve_dataset(
+    data_dir,
+    sm.input.calibration,
+    sm.output.restored,
+    method=sm.wildcards.deconv,
+    level=sm.wildcards.level,
+    ring_iterations=sm.params.ring_iterations,
+    device=str(pick_device(sm.params.device)),
+)
+score_dataset(
+    None,
+    data_dir,
+    sm.wildcards.level,
+    out_dir,
+    method=sm.wildcards.deconv,
+    with_lpips=sm.params.evaluate["lpips"],
+    precomputed=Path(sm.output.restored),
+)

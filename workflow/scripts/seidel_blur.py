@@ -1,0 +1,21 @@
+"""Rule `seidel_blur`: blur every sharp image of the base dataset with the ring forward model."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _log  # noqa: E402
+
+_log.redirect(snakemake.log[0])  # noqa: F821
+sm = snakemake  # noqa: F821
+
+from dgno.optics.nonblind import blur_dataset  # noqa: E402
+from dgno.train import pick_device  # noqa: E402
+
+blur_dataset(
+    Path(sm.input.split).parent,
+    Path(sm.output.split).parent,
+    sm.input.calibration,
+    split=None,
+    device=str(pick_device(sm.params.device)),
+)

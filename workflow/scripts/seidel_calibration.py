@@ -1,0 +1,23 @@
+"""Rule `seidel_calibration`: fit Seidel coefficients to synthetic bead images (dgno.optics.nonblind)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _log  # noqa: E402
+
+_log.redirect(snakemake.log[0])  # noqa: F821
+sm = snakemake  # noqa: F821
+
+from dgno.optics.nonblind import REFERENCE_COEFFS, calibrate  # noqa: E402
+
+seidel = sm.params.seidel
+coeffs = {**REFERENCE_COEFFS.as_dict(), **seidel.get("coeffs", {})}
+result = calibrate(
+    sm.output[0],
+    coeffs_true=coeffs,
+    image_size=tuple(sm.params.image_size),
+    seed=sm.params.seed,
+    n_images=seidel.get("calibration_images", 4),
+)
+print("fit error:", result["error"], flush=True)
