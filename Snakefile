@@ -19,8 +19,9 @@ include: "workflow/rules/common.smk"
 
 
 wildcard_constraints:
-    dataset="|".join(DATASETS),
-    method="|".join(METHODS),
+    dataset=one_of(DATASETS),
+    method=METHOD_REGEX,
+    ablation=one_of(ABLATIONS),
     level=r"[a-z0-9][a-z0-9_.-]*",
 
 
@@ -28,8 +29,28 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/blur.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/downstream.smk"
 include: "workflow/rules/deconv.smk"
 include: "workflow/rules/report.smk"
+
+
+# Light bookkeeping and plotting jobs run where Snakemake runs, not as cluster jobs.
+localrules:
+    all,
+    operators,
+    synthetic,
+    nonblind,
+    table_operators,
+    table_synthetic,
+    table_nonblind,
+    table_ablation,
+    edge_band_definition,
+    edge_band,
+    figure_visual,
+    figure_error_difference,
+    figure_training_curves,
+    figure_synthetic,
+    report,
 
 
 rule all:

@@ -51,8 +51,15 @@ def make_inputs(L: int, device: str, seed: int = 0) -> dict[str, torch.Tensor]:
 
 def scan(inputs: dict[str, torch.Tensor], backend: str) -> torch.Tensor:
     return selective_scan(
-        inputs["u"], inputs["delta"], inputs["A"], inputs["B"], inputs["C"], inputs["D"],
-        delta_bias=inputs["delta_bias"], delta_softplus=True, backend=backend,
+        inputs["u"],
+        inputs["delta"],
+        inputs["A"],
+        inputs["B"],
+        inputs["C"],
+        inputs["D"],
+        delta_bias=inputs["delta_bias"],
+        delta_softplus=True,
+        backend=backend,
     )
 
 
@@ -80,7 +87,9 @@ def best_time(fn, repeats: int, device: str) -> tuple[float, torch.Tensor]:
 
 def machine(device: str) -> dict:
     info = {
-        "device": torch.cuda.get_device_name() if device == "cuda" else f"cpu ({platform.processor() or platform.machine()})",
+        "device": (
+            torch.cuda.get_device_name() if device == "cuda" else f"cpu ({platform.processor() or platform.machine()})"
+        ),
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
@@ -146,7 +155,10 @@ def main(out_path: str, lengths: list[int], backward_lengths: list[int], repeats
                 "rel_grad_error": rel,
             }
         )
-        print(f"L={L} fwd+bwd: torch {t_fast:.4f}s  reference {t_ref:.3f}s  max rel grad err {max(rel.values()):.1e}", flush=True)
+        print(
+            f"L={L} fwd+bwd: torch {t_fast:.4f}s  reference {t_ref:.3f}s  max rel grad err {max(rel.values()):.1e}",
+            flush=True,
+        )
     result = {
         "benchmark": "selective_scan",
         "device_kind": device,

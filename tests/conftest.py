@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +13,9 @@ import tifffile
 import torch
 
 torch.set_num_threads(1)
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
 def write_tiny_dataset(root: Path, *, n_train=3, n_val=1, n_test=2, size=(40, 44), levels=("a",), seed=0) -> Path:
@@ -40,3 +45,20 @@ def write_tiny_dataset(root: Path, *, n_train=3, n_val=1, n_test=2, size=(40, 44
 @pytest.fixture
 def tiny_dataset(tmp_path) -> Path:
     return write_tiny_dataset(tmp_path / "tiny")
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    cmd = [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir), "--configfile", str(ROOT / "tests" / "smoke.yaml"), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("smoke")
+    snakemake(workdir, "--cores", "2")
+    return workdir
+
+

@@ -164,14 +164,14 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _send(self, status: int, body: bytes, headers: dict[str, str], *, drop: bool = False, name: str = "", rng=None) -> None:
+        payload = body[: len(body) // 2] if drop else body
+        with self.state._lock:  # logged before anything goes out: the client may be done right after
+            self.state.requests.append({"name": name, "range": rng, "status": status, "sent": len(payload)})
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        payload = body[: len(body) // 2] if drop else body
-        with self.state._lock:  # logged before the body goes out: the client may be done right after
-            self.state.requests.append({"name": name, "range": rng, "status": status, "sent": len(payload)})
         self.wfile.write(payload)
         self.wfile.flush()
         if drop:

@@ -50,7 +50,8 @@ def test_gradients_reach_every_parameter(block):
     x = torch.randn(2, 12, 6, 5, requires_grad=True)
     (block(x) ** 2).mean().backward()
     missing = [
-        n for n, p in block.named_parameters()
+        n
+        for n, p in block.named_parameters()
         if p.grad is None or not torch.isfinite(p.grad).all() or p.grad.abs().sum() == 0
     ]
     assert not missing, f"no gradient for {missing}"

@@ -34,7 +34,11 @@ def run(backend, inp, *, use_z, use_bias, softplus, use_D=True, last=False):
     """Output(s) of one backend and the gradients of a fixed random projection w.r.t. all inputs."""
     leaves = {k: v.clone().requires_grad_(True) for k, v in inp.items()}
     out = selective_scan(
-        leaves["u"], leaves["delta"], leaves["A"], leaves["B"], leaves["C"],
+        leaves["u"],
+        leaves["delta"],
+        leaves["A"],
+        leaves["B"],
+        leaves["C"],
         D=leaves["D"] if use_D else None,
         z=leaves["z"] if use_z else None,
         delta_bias=leaves["delta_bias"] if use_bias else None,
@@ -112,7 +116,9 @@ def test_huge_steps_shorten_chunks_and_stay_exact(scale):
     inp["delta"] = torch.rand(inp["delta"].shape, generator=torch.Generator().manual_seed(4)) * scale
     inp["A"] = inp["A"] * 4
     outs_f, grads_f = run("torch", inp, use_z=False, use_bias=False, softplus=False)
-    outs_r, grads_r = run("reference", {k: v.double() for k, v in inp.items()}, use_z=False, use_bias=False, softplus=False)
+    outs_r, grads_r = run(
+        "reference", {k: v.double() for k, v in inp.items()}, use_z=False, use_bias=False, softplus=False
+    )
     assert torch.isfinite(outs_f[0]).all()
     torch.testing.assert_close(outs_f[0].double(), outs_r[0], atol=1e-4, rtol=1e-4)
     for k in grads_f:

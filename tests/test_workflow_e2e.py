@@ -15,26 +15,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+from conftest import ROOT, SNAKEMAKE, snakemake
+
 METHOD_LABELS = ["SRNO (GG)", "SRNO+Win (LG)", "DGNO-Face", "DGNO-Cell"]
 
 pytestmark = pytest.mark.e2e
-
-
-def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    cmd = [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir), "--configfile", str(ROOT / "tests" / "smoke.yaml"), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
-    return proc
-
-
-@pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory) -> Path:
-    workdir = tmp_path_factory.mktemp("smoke")
-    snakemake(workdir, "--cores", "2")
-    return workdir
 
 
 def test_report_has_numeric_psnr_for_each_method(smoke_run):
@@ -76,3 +61,26 @@ def test_rerun_has_nothing_to_do_and_report_zip(smoke_run):
 def test_lint_is_clean():
     proc = subprocess.run([SNAKEMAKE, "--lint", "--snakefile", str(ROOT / "Snakefile")], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_changing_one_ablation_reruns_only_that_method(smoke_run, tmp_path):
+    """Editing dgno-cell's flux reruns its trainings and what depends on them — nothing else."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "tests" / "smoke.yaml").read_text())
+    cfg["methods"]["dgno-cell"]["overrides"]["flux"] = "central"
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run(
+        [SNAKEMAKE, "-n", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(smoke_run), "--configfile", str(changed)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    trains = re.findall(r"rule train:\n(?:.*\n)*?\s+wildcards: (.*)", out)
+    assert trains and all("method=dgno-cell" in w for w in trains), trains
+    assert "rule sharp_images" not in out and "rule sigma_blur" not in out
+    evals = re.findall(r"rule evaluate:\n(?:.*\n)*?\s+wildcards: (.*)", out)
+    assert evals and all("method=dgno-cell" in w for w in evals), evals

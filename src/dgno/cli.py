@@ -80,6 +80,32 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_data_check(args: argparse.Namespace) -> int:
+    from dgno.data.check import data_check
+
+    ok, text = data_check(args.name, args.root)
+    print(text)
+    return 0 if ok else 1
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from dgno.bench import bench_forward, bench_train, write_results
+
+    fn = bench_forward if args.kind == "forward" else bench_train
+    rows = []
+    for model in args.models:
+        for size in args.sizes:
+            r = fn(model, scale=args.scale, size=size, batch=args.batch, device=args.device, repeats=args.repeats, amp=args.bf16)
+            rows.append(r)
+            rate = r.get("images_per_second") or r.get("iterations_per_second")
+            mem = r["peak_memory_mb"]
+            print(f"{args.kind:<8} {model:<12} {args.scale:<6} {size:>5}px batch {args.batch}: {rate:8.3f}/s  peak {mem if mem is None else round(mem)} MB  ({r['provenance']['device']})")
+    if args.out:
+        write_results(rows, args.out)
+        print(args.out)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dgno", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -120,6 +146,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overlap", type=int, default=64)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.set_defaults(func=_cmd_deblur)
+
+    p = sub.add_parser("data", help="dataset utilities")
+    data_sub = p.add_subparsers(dest="data_command", required=True)
+    q = data_sub.add_parser("check", help="what is present, what is missing and how to get it")
+    q.add_argument("name", choices=["bbbc006", "3dhistech", "dpdd", "realdof", "demo"])
+    q.add_argument("--root", help="folder to check (default: the dataset's default location)")
+    q.set_defaults(func=_cmd_data_check)
+
+    p = sub.add_parser("bench", help="speed/memory of models: forward pass or training step, written to JSON")
+    p.add_argument("kind", choices=["forward", "train"])
+    p.add_argument("models", nargs="+")
+    p.add_argument("--scale", choices=["smoke", "demo", "paper"], default="paper")
+    p.add_argument("--sizes", type=int, nargs="+", default=[256])
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (CUDA)")
+    p.add_argument("--out", help="JSON file for the results (e.g. results/bench/forward_cpu.json)")
+    p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("report", help="render the HTML report from a results tree")
     p.add_argument("--config", default="config.yaml")

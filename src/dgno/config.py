@@ -76,16 +76,54 @@ def _fill_defaults(instance: Any, sub: dict, schema: dict) -> None:
 
 
 def validate_config(config: dict, schema: dict | None = None) -> dict:
-    """Return a validated copy of `config` with defaults filled; raise ConfigError otherwise."""
+    """Return a validated copy of `config` with defaults filled and ablation grids expanded; raise ConfigError otherwise.
+
+    Idempotent: an already validated config (marked ``_validated``) is returned unchanged.
+    """
+    if config.get("_validated"):
+        return copy.deepcopy(dict(config))
     schema = schema or load_schema()
     cfg = copy.deepcopy(dict(config))
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), _key(e.absolute_path)))
     if errors:
         raise ConfigError("; ".join(_message(e, schema) for e in errors[:5]))
+    cfg.setdefault("downloads", {})
     _fill_defaults(cfg, schema, schema)
     _check_references(cfg)
+    expand_ablations(cfg)
+    cfg["_validated"] = True
     return cfg
+
+
+def ablation_method(variant: str, params: dict[str, Any]) -> str:
+    """Readable, path-safe method name of one grid point: 'dgno-cell/flux=jump/boundary=neumann'."""
+    return "/".join([variant] + [f"{k}={v}" for k, v in params.items()])
+
+
+def expand_ablations(cfg: dict) -> None:
+    """Add one method per grid point of every ablation, and cfg['ablation_runs'][name] = rows.
+
+    Each row: {'method', 'dataset', 'variant', **grid values}. The grid is the Cartesian product
+    in config order (the Paramspace of the paper's tables), so paths never depend on dict order.
+    """
+    import itertools
+
+    runs: dict[str, list[dict]] = {}
+    for name, spec in cfg.get("ablations", {}).items():
+        if spec["dataset"] not in cfg["datasets"]:
+            raise ConfigError(f"config key ablations.{name}.dataset: {spec['dataset']!r} is not defined; defined datasets: {', '.join(cfg['datasets'])}")
+        variants = spec.get("variants", [spec.get("variant")])
+        keys = [k for k in spec if k not in ("dataset", "variants", "variant")]
+        rows = []
+        for variant in variants:
+            for values in itertools.product(*(spec[k] for k in keys)):
+                params = dict(zip(keys, values))
+                method = ablation_method(variant, params)
+                cfg["methods"].setdefault(method, {"model": variant, "label": method, "overrides": params})
+                rows.append({"method": method, "dataset": spec["dataset"], "variant": variant, **params})
+        runs[name] = rows
+    cfg["ablation_runs"] = runs
 
 
 def _check_references(cfg: dict) -> None:
@@ -101,6 +139,13 @@ def _check_references(cfg: dict) -> None:
             if ds.get("base") not in datasets or datasets[ds["base"]]["source"] == "seidel":
                 raise ConfigError(f"config key datasets.{name}.base: {ds.get('base')!r} must name a generated or downloaded dataset; defined: {', '.join(datasets)}")
             ds["levels"] = {"seidel": None}
+        elif ds["source"] == "bbbc006":
+            if "channel" not in ds:
+                raise ConfigError(f"config key datasets.{name}.channel: required for source 'bbbc006'; allowed values: w1, w2")
+            for lvl in ds["train_levels"] + ds["test_levels"]:
+                if not (len(lvl) == 3 and lvl[0] == "z" and lvl[1:].isdigit() and 0 <= int(lvl[1:]) <= 33 and lvl != "z16"):
+                    raise ConfigError(f"config key datasets.{name}: level {lvl!r} must be a BBBC006 plane z00..z33 other than the in-focus z16")
+            ds["levels"] = {lvl: None for lvl in dict.fromkeys(ds["train_levels"] + ds["test_levels"])}
         elif "levels" not in ds:
             raise ConfigError(f"config key datasets.{name}.levels: required for source {ds['source']!r}")
         for which in ("train_levels", "test_levels"):

@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -45,7 +46,7 @@ class MissingExtraError(ImportError):
 
 
 def _import_stardist() -> None:
-    """Import tensorflow + stardist + csbdeep (thread pools capped first), or say how to install them."""
+    """Import tensorflow, stardist and csbdeep, capping the thread pools before TensorFlow runs; else say how to install."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep C++ info/warnings out of rule logs
     try:
         import csbdeep  # noqa: F401
@@ -64,19 +65,19 @@ def default_threads() -> int:
     """TensorFlow intra-op threads: $DGNO_TF_THREADS if set, else min(2, CPUs this process may use)."""
     env = os.environ.get("DGNO_TF_THREADS")
     if env:
-        n = int(env)
-        if n < 1:
+        if not env.isdigit() or int(env) < 1:
             raise ValueError(f"DGNO_TF_THREADS={env!r}: must be a positive integer")
-        return n
-    return max(1, min(2, len(os.sched_getaffinity(0))))
+        return int(env)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(2, cpus))
 
 
 def configure_tensorflow_threads(intra: int | None = None, inter: int = 1) -> tuple[int, int]:
     """Cap TensorFlow's intra-op and inter-op pools; return the (intra, inter) sizes in effect.
 
-    TensorFlow fixes its pools when the runtime starts, so this must run before the first op; later
-    calls cannot change them and just report what is in effect (0 would mean "one per core", and is
-    never what this module leaves behind).
+    TensorFlow fixes its pools when its runtime starts, so this must run before the first op. Later
+    calls cannot change them: they report what is in effect and warn if that is uncapped (0 = one
+    thread per core) or larger than asked, which happens only when TensorFlow ran before dgno did.
     """
     import tensorflow as tf
 
@@ -84,7 +85,15 @@ def configure_tensorflow_threads(intra: int | None = None, inter: int = 1) -> tu
     with contextlib.suppress(RuntimeError):  # runtime already initialised: pools are fixed
         tf.config.threading.set_intra_op_parallelism_threads(intra)
         tf.config.threading.set_inter_op_parallelism_threads(inter)
-    return tf.config.threading.get_intra_op_parallelism_threads(), tf.config.threading.get_inter_op_parallelism_threads()
+    now = tf.config.threading.get_intra_op_parallelism_threads(), tf.config.threading.get_inter_op_parallelism_threads()
+    if any(n == 0 or n > want for n, want in zip(now, (intra, inter))):
+        warnings.warn(
+            f"TensorFlow was started before dgno could cap its thread pools (intra/inter = {now}, wanted "
+            f"{(intra, inter)}; 0 means one per core). Import dgno.downstream's functions before other TensorFlow code.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return now
 
 
 # ---------------------------------------------------------------------------------------------- metric
@@ -127,6 +136,18 @@ def average_precision(
 
 
 # ----------------------------------------------------------------------------------------------- model
+
+
+@contextlib.contextmanager
+def _keras_noise_filtered():
+    """Hide two harmless warnings Keras 3 emits on every batch with numpy 2 / a Python generator.
+
+    Left in, they bury a rule's log under hundreds of identical lines; real warnings still show.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"__array__ implementation doesn't accept a copy keyword")
+        warnings.filterwarnings("ignore", message=r"`shuffle=True` was passed, but will be ignored")
+        yield
 
 
 @contextlib.contextmanager
@@ -223,6 +244,7 @@ def train_stardist(
     """
     _import_stardist()
     import keras
+    import tensorflow as tf
     from stardist import fill_label_holes
     from stardist.models import Config2D, StarDist2D
 
@@ -233,7 +255,9 @@ def train_stardist(
         raise ValueError(f"patch={patch!r}: must be a positive multiple of {div} (U-Net depth 2 × grid 2)")
     for i, (x, y) in enumerate(zip(images, masks)):
         if x.shape[:2] != y.shape or min(y.shape) < patch:
-            raise ValueError(f"image {i}: shape {x.shape} / mask {y.shape} must match and be at least {patch}×{patch} (the patch)")
+            raise ValueError(
+                f"image {i}: shape {x.shape} / mask {y.shape} must match and be at least {patch}×{patch} (the patch)"
+            )
     xs = [normalise_for_stardist(x) for x in images]
     ys = [fill_label_holes(np.asarray(y).astype(np.int32)) for y in masks]
     n_val = len(xs) // 5
@@ -260,14 +284,16 @@ def train_stardist(
         train_tensorboard=False,
         train_reduce_lr=None,
     )
-    keras.utils.set_random_seed(seed)
+    keras.utils.set_random_seed(seed)  # python, numpy and TensorFlow generators (weights, patches)
+    tf.config.experimental.enable_op_determinism()  # same seed → same model, so reruns reproduce the table
+    log_path = tmp.parent / f"{tmp.name}.log"
     start = time.perf_counter()
     try:
-        with (tmp.parent / f"{tmp.name}.log").open("w") as log, contextlib.redirect_stdout(log):
+        with log_path.open("w") as log, contextlib.redirect_stdout(log), _keras_noise_filtered():
             model = StarDist2D(conf, name=tmp.name, basedir=str(tmp.parent))
             model.train(train_x, train_y, validation_data=(val_x, val_y), augmenter=_augment(seed), seed=seed)
             model.optimize_thresholds(val_x, val_y, predict_kwargs={"show_tile_progress": False}, optimize_kwargs={"verbose": 0})
-        shutil.move(tmp.parent / f"{tmp.name}.log", tmp / "train.log")
+        shutil.move(log_path, tmp / "train.log")
         description = f"StarDist2D trained by dgno on {dataset} train split"
         info = {
             "source": description,
@@ -294,8 +320,7 @@ def train_stardist(
         os.replace(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        with contextlib.suppress(FileNotFoundError):
-            (tmp.parent / f"{tmp.name}.log").unlink()
+        log_path.unlink(missing_ok=True)
         raise
     return load_stardist_model(out_dir)
 
@@ -305,7 +330,8 @@ def train_stardist(
 
 def predict_labels(model: Any, image: np.ndarray) -> np.ndarray:
     """StarDist instance labels (uint16-compatible int array, 0 = background) for one (H, W) image."""
-    labels, _ = model.predict_instances(normalise_for_stardist(image), show_tile_progress=False, verbose=False)
+    with _keras_noise_filtered():
+        labels, _ = model.predict_instances(normalise_for_stardist(image), show_tile_progress=False, verbose=False)
     return labels
 
 
@@ -336,6 +362,24 @@ def load_split_with_labels(data_dir: str | Path, split: str) -> tuple[list[str],
     images = [read_image(data_dir / "gt" / f"{i}.tif", normalise=norm) for i in ids]
     masks = [_read_labels(data_dir / "labels" / f"{i}.tif") for i in ids]
     return ids, images, masks
+
+
+def train_on_dataset(
+    data_dir: str | Path, out_dir: str | Path, *, epochs: int, steps_per_epoch: int, patch: int, seed: int
+) -> tuple[Any, str]:
+    """:func:`train_stardist` on a dataset's train split (sharp ``gt/`` + ``labels/``): the fallback model
+    when the published one cannot be downloaded. The dataset is named by its directory in the description."""
+    _, images, masks = load_split_with_labels(data_dir, "train")
+    return train_stardist(
+        images,
+        masks,
+        out_dir,
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
+        patch=patch,
+        seed=seed,
+        dataset=Path(data_dir).name,
+    )
 
 
 def _read_labels(path: Path) -> np.ndarray:
@@ -378,7 +422,9 @@ def run_downstream(
     for name, imgs in conditions.items():
         for i, img, mask in zip(ids, imgs, masks):
             if img.shape[:2] != mask.shape:
-                raise InputError(f"{name} image {i}: shape {img.shape} differs from its label mask {mask.shape}. Fix: regenerate it")
+                raise InputError(
+                    f"{name} image {i}: shape {img.shape} differs from its label mask {mask.shape}. Fix: regenerate it"
+                )
     model, description = load_stardist_model(model_dir)
     frame = evaluate_stardist(model, conditions, masks)
     frame.insert(1, "level", level)

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from dgno.models.overrides import registry_overrides
 from dgno.models.registry import build_model
 
 
@@ -37,7 +38,7 @@ def summarize(name: str, *, scale: str = "paper", size: int = 256, in_channels: 
     under the heading "FLOPs"; the report compares the paper's numbers with gmacs and says so.
     """
     torch.manual_seed(0)
-    model = build_model(name, scale=scale, in_channels=in_channels, **overrides)
+    model = build_model(name, scale=scale, in_channels=in_channels, **registry_overrides(overrides))
     n = count_parameters(model)
     flops = count_flops(model, size, in_channels)
     return {"params": n, "params_m": n / 1e6, "gflops": flops / 1e9, "gmacs": flops / 2e9, "size": size, "in_channels": in_channels}

@@ -26,6 +26,7 @@ from tqdm import tqdm
 from dgno import provenance
 from dgno.data.paired import CropSampler, load_pairs, read_split
 from dgno.io import InputError, atomic_path
+from dgno.models.overrides import registry_overrides
 from dgno.models.registry import build_model
 
 CHECKPOINT_VERSION = 1
@@ -204,7 +205,7 @@ def train(
     val_pairs = load_pairs(data_dir, split="val", levels=levels, ids=val_ids) if val_ids else []
     in_channels = 1 if pairs[0].gt.ndim == 2 else pairs[0].gt.shape[-1]
 
-    model = build_model(model_choice.name, scale=model_choice.scale, in_channels=in_channels, **model_choice.overrides).to(device)
+    model = build_model(model_choice.name, scale=model_choice.scale, in_channels=in_channels, **registry_overrides(model_choice.overrides)).to(device)
     ema = copy.deepcopy(model).eval()
     for p in ema.parameters():
         p.requires_grad_(False)
@@ -330,6 +331,6 @@ def load_trained(path: str | Path, device: torch.device | str = "cpu") -> tuple[
 
 def _rebuild_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
     """Constructor kwargs for build_model from a saved spec: channels + overrides (hparams are the result)."""
-    kwargs = dict(spec.get("overrides", {}))
+    kwargs = registry_overrides(spec.get("overrides", {}))
     kwargs["in_channels"] = spec["hparams"].get("in_channels", 1)
     return kwargs

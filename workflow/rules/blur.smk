@@ -13,10 +13,13 @@ rule sigma_blur:
     benchmark:
         "results/benchmarks/blur/{dataset}/{level}.tsv"
     wildcard_constraints:
-        dataset="|".join(GENERATED),
+        dataset=one_of(GENERATED),
     conda:
         "../../envs/dgno.yaml"
     params:
-        dataset=dataset_cfg,
+        sigma_range=lambda wc: config["datasets"][wc.dataset]["levels"][wc.level],
+        correlation_length=lambda wc: config["datasets"][wc.dataset][
+            "correlation_length"
+        ],
     script:
         "../scripts/sigma_blur.py"

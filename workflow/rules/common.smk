@@ -1,5 +1,6 @@
 # Helpers shared by every stage (config validation, target lists, input functions).
 import json
+import re
 from pathlib import Path
 
 from dgno.config import load_schema, validate_config
@@ -14,9 +15,20 @@ config.update(
 DATASETS = list(config["datasets"])
 GENERATED = [d for d in DATASETS if config["datasets"][d]["source"].startswith("demo_")]
 SEIDEL = [d for d in DATASETS if config["datasets"][d]["source"] == "seidel"]
+BBBC006 = [d for d in DATASETS if config["datasets"][d]["source"] == "bbbc006"]
+RAW = config["downloads"]["raw_dir"]
+
+
+def one_of(names):
+    """Wildcard regex matching exactly these names (and nothing at all when there are none)."""
+    return "|".join(re.escape(n) for n in names) if names else "(?!)"
+
+
 DECONVOLUTION = config["experiments"].get("nonblind", {}).get("deconvolution", [])
 METHODS = list(config["methods"])
 EXPERIMENTS = config["experiments"]
+ABLATIONS = config["ablation_runs"]
+METHOD_REGEX = "|".join(re.escape(m) for m in sorted(METHODS, key=len, reverse=True))
 
 
 def dataset_cfg(wildcards):
@@ -24,6 +36,9 @@ def dataset_cfg(wildcards):
 
 
 def blur_dirs(dataset, levels):
+    """Folders of blurred images; a downloaded dataset's levels all come from its prepare job."""
+    if dataset in BBBC006:
+        return [f"results/data/{dataset}/manifest.json"]
     return [f"results/data/{dataset}/blur/{lvl}" for lvl in levels]
 
 
@@ -40,7 +55,17 @@ def eval_data_inputs(wildcards):
     return {
         "split": f"results/data/{wildcards.dataset}/split.csv",
         "gt": f"results/data/{wildcards.dataset}/gt",
-        "blur": f"results/data/{wildcards.dataset}/blur/{wildcards.level}",
+        "blur": blur_dirs(wildcards.dataset, [wildcards.level]),
+    }
+
+
+def bbbc006_planes(wildcards):
+    """Raw plane folders (in focus + every configured level) and the label masks of one channel dataset."""
+    ds = config["datasets"][wildcards.dataset]
+    planes = ["z16"] + [lvl for lvl in ds["levels"]]
+    return {
+        "planes": [f"{RAW}/bbbc006/{p}" for p in planes],
+        "labels": f"{RAW}/bbbc006/labels",
     }
 
 
@@ -111,6 +136,25 @@ def experiment_dataset_set():
     return [ds for ds in DATASETS if experiment_methods(ds) and ds != nb]
 
 
+def stardist_inputs(wildcards):
+    spec = EXPERIMENTS["stardist"]
+    ds, lvl = spec["dataset"], spec["level"]
+    return {
+        "model": f"results/stardist/{ds}/model.json",
+        "restored": [f"results/eval/{ds}/{m}/{lvl}/restored" for m in spec["methods"]],
+        "blur": blur_dirs(ds, [lvl]),
+    }
+
+
+def ablation_summaries(wildcards):
+    rows = ABLATIONS[wildcards.ablation]
+    return [
+        f"results/eval/{r['dataset']}/{r['method']}/{lvl}/summary.json"
+        for r in rows
+        for lvl in config["datasets"][r["dataset"]]["test_levels"]
+    ]
+
+
 def report_inputs():
     files = [
         "results/tables/model_summary.csv",
@@ -124,6 +168,11 @@ def report_inputs():
             f"results/figures/visual_{ds}.png",
             f"results/figures/training_curves_{ds}.png",
         ]
+    files += [f"results/tables/ablation_{name}.csv" for name in ABLATIONS]
+    if "stardist" in EXPERIMENTS:
+        files.append(
+            f"results/tables/stardist_{EXPERIMENTS['stardist']['dataset']}.csv"
+        )
     if "operators" in EXPERIMENTS:
         files.append("results/tables/operators.csv")
     if "synthetic" in EXPERIMENTS:

@@ -9,11 +9,69 @@ rule sharp_images:
     log:
         "results/logs/data/{dataset}.log",
     wildcard_constraints:
-        dataset="|".join(GENERATED),
+        dataset=one_of(GENERATED),
+    conda:
+        "../../envs/dgno.yaml"
+    params:
+        kind=lambda wc: config["datasets"][wc.dataset]["source"].removeprefix("demo_"),
+        size=lambda wc: config["datasets"][wc.dataset]["size"],
+        counts=lambda wc: {
+            k: config["datasets"][wc.dataset][k]
+            for k in ("n_train", "n_val", "n_test")
+        },
+        seed=config["seed"],
+    script:
+        "../scripts/sharp_images.py"
+
+
+rule bbbc006_plane:
+    output:
+        directory(f"{RAW}/bbbc006/z{{zz}}"),
+    log:
+        f"results/logs/download/bbbc006_z{{zz}}.log",
+    wildcard_constraints:
+        zz=r"\d\d",
+    conda:
+        "../../envs/dgno.yaml"
+    params:
+        base_url=config["downloads"]["bbbc006_url"],
+        retries=config["downloads"]["retries"],
+    script:
+        "../scripts/bbbc006_fetch.py"
+
+
+rule bbbc006_labels:
+    output:
+        directory(f"{RAW}/bbbc006/labels"),
+    log:
+        "results/logs/download/bbbc006_labels.log",
+    conda:
+        "../../envs/dgno.yaml"
+    params:
+        base_url=config["downloads"]["bbbc006_url"],
+        retries=config["downloads"]["retries"],
+    script:
+        "../scripts/bbbc006_fetch.py"
+
+
+rule bbbc006_prepare:
+    input:
+        unpack(bbbc006_planes),
+    output:
+        split="results/data/{dataset}/split.csv",
+        gt=directory("results/data/{dataset}/gt"),
+        manifest="results/data/{dataset}/manifest.json",
+    log:
+        "results/logs/data/{dataset}.log",
+    benchmark:
+        "results/benchmarks/bbbc006_prepare/{dataset}.tsv"
+    wildcard_constraints:
+        dataset=one_of(BBBC006),
     conda:
         "../../envs/dgno.yaml"
     params:
         dataset=dataset_cfg,
         seed=config["seed"],
+        raw=f"{RAW}/bbbc006",
     script:
-        "../scripts/sharp_images.py"
+        "../scripts/bbbc006_prepare.py"

@@ -9,7 +9,7 @@ rule seidel_calibration:
     benchmark:
         "results/benchmarks/seidel_calibration/{dataset}.tsv"
     wildcard_constraints:
-        dataset="|".join(SEIDEL),
+        dataset=one_of(SEIDEL),
     conda:
         "../../envs/dgno.yaml"
     params:
@@ -33,7 +33,7 @@ rule seidel_blur:
     benchmark:
         "results/benchmarks/seidel_blur/{dataset}.tsv"
     wildcard_constraints:
-        dataset="|".join(SEIDEL),
+        dataset=one_of(SEIDEL),
     conda:
         "../../envs/dgno.yaml"
     params:
@@ -56,14 +56,14 @@ rule deconvolve:
     benchmark:
         "results/benchmarks/deconvolve/{dataset}/{deconv}_{level}.tsv"
     wildcard_constraints:
-        dataset="|".join(SEIDEL),
+        dataset=one_of(SEIDEL),
         deconv="wiener|richardson_lucy|ring",
     conda:
         "../../envs/dgno.yaml"
     resources:
         gpu=1 if config["device"] != "cpu" else 0,
     params:
-        evaluate=config["evaluate"],
+        evaluate={k: config["evaluate"][k] for k in ("tile", "overlap", "lpips")},
         ring_iterations=config["experiments"]
         .get("nonblind", {})
         .get("ring_iterations", 300),

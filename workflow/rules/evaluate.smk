@@ -18,7 +18,7 @@ rule evaluate:
     resources:
         gpu=1 if config["device"] != "cpu" else 0,
     params:
-        evaluate=config["evaluate"],
+        evaluate={k: config["evaluate"][k] for k in ("tile", "overlap", "lpips")},
         device=config["device"],
     script:
         "../scripts/evaluate.py"
@@ -36,6 +36,6 @@ rule evaluate_input:
     conda:
         "../../envs/dgno.yaml"
     params:
-        evaluate=config["evaluate"],
+        evaluate={k: config["evaluate"][k] for k in ("tile", "overlap", "lpips")},
     script:
         "../scripts/evaluate.py"

@@ -52,6 +52,23 @@ rule table_nonblind:
         "../scripts/table.py"
 
 
+rule table_ablation:
+    input:
+        ablation_summaries,
+    output:
+        report(
+            "results/tables/ablation_{ablation}.csv",
+            caption="../report/ablation.rst",
+            category="Ablations",
+        ),
+    log:
+        "results/logs/tables/ablation_{ablation}.log",
+    conda:
+        "../../envs/report.yaml"
+    script:
+        "../scripts/table.py"
+
+
 rule edge_band:
     input:
         summaries=lambda wc: summaries(
@@ -206,7 +223,11 @@ rule model_summary:
         "../../envs/dgno.yaml"
     params:
         methods={m: config["methods"][m] for m in METHODS},
-        scales=sorted({config["scale"], "paper"}),
+        scales=sorted(
+            {config["scale"], "paper"}
+            if config["evaluate"]["paper_scale_cost"]
+            else {config["scale"]}
+        ),
         size=256,
     script:
         "../scripts/model_summary.py"

@@ -16,7 +16,9 @@ rule train:
     resources:
         gpu=1 if config["device"] != "cpu" else 0,
     params:
-        method=lambda wc: config["methods"][wc.method],
+        method=lambda wc: {
+            k: v for k, v in config["methods"][wc.method].items() if k != "label"
+        },
         levels=lambda wc: config["datasets"][wc.dataset]["train_levels"],
         train=config["train"],
         scale=config["scale"],

@@ -11,13 +11,10 @@ sm = snakemake  # noqa: F821
 
 from dgno.data.demo import write_sharp_dataset  # noqa: E402
 
-ds = sm.params.dataset
 write_sharp_dataset(
     Path(sm.output.split).parent,
-    kind=ds["source"].removeprefix("demo_"),
-    size=tuple(ds["size"]),
-    n_train=ds["n_train"],
-    n_val=ds["n_val"],
-    n_test=ds["n_test"],
+    kind=sm.params.kind,
+    size=tuple(sm.params.size),
+    **sm.params.counts,
     seed=sm.params.seed,
 )

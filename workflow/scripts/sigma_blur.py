@@ -11,10 +11,9 @@ sm = snakemake  # noqa: F821
 
 from dgno.data.demo import write_blur_level  # noqa: E402
 
-ds = sm.params.dataset
 write_blur_level(
     Path(sm.input.split).parent,
     level=sm.wildcards.level,
-    sigma_range=tuple(ds["levels"][sm.wildcards.level]),
-    correlation_length=ds["correlation_length"],
+    sigma_range=tuple(sm.params.sigma_range),
+    correlation_length=sm.params.correlation_length,
 )

@@ -430,6 +430,8 @@ def prepare_dataset(
     train_planes, extra_planes = tuple(sorted(set(train_planes))), tuple(sorted(set(extra_planes)))
     for z in (gt_plane, *train_planes, *extra_planes):
         _check_plane(z)
+    if out_dir.exists() and not (out_dir / "manifest.json").is_file() and any(out_dir.iterdir()):
+        raise InputError(f"{out_dir}: exists and is not a dataset (no manifest.json). Fix: choose another output folder or empty it")
     blur_planes = sorted(set(train_planes) | set(extra_planes))
     pairs = pair_planes(raw_root, gt_plane=gt_plane, blur_planes=blur_planes, channel=channel)
     split = split_by_well({well for well, *_ in pairs}, test_fraction=test_fraction, seed=seed, n_val=n_val_wells)
@@ -442,8 +444,6 @@ def prepare_dataset(
                 f"{labels_dir(raw_root)}: no label mask for {len(missing)} field(s) of view ({_describe(missing)}). "
                 f"Fix: unpack {LABELS_ARCHIVE} again, or pass labels=False"
             )
-    if out_dir.exists() and not (out_dir / "manifest.json").is_file() and any(out_dir.iterdir()):
-        raise InputError(f"{out_dir}: exists and is not a dataset (no manifest.json). Fix: choose another output folder or empty it")
 
     tmp = out_dir.parent / f"{out_dir.name}.tmp-{os.getpid()}"
     if tmp.exists():

@@ -138,7 +138,8 @@ def check_bbbc006(
                 f"       curl -fL -C - --create-dirs -o {root / 'archives' / a} '{u}' && unzip -q -o {root / 'archives' / a} -d {d}"
                 for _, a, u, d in todo
             ),
-            f"Source page: https://bbbc.broadinstitute.org/BBBC006 (each plane archive holds {per_channel} w1 + {per_channel} w2 images).",
+            f"Files: {bbbc006.BASE_URL} (Broad Bioimage Benchmark Collection); each plane archive holds {per_channel} w1 + "
+            f"{per_channel} w2 images, the labels archive {n_labels} masks.",
             f"Check again: `dgno data check bbbc006 --root {root}`; then prepare a channel with "
             f"`python -c \"from dgno.data.bbbc006 import prepare_dataset; prepare_dataset('{root}', 'results/data/bbbc006_w1', channel='w1', seed=0)\"`.",
         ]

@@ -56,6 +56,7 @@ class PairedLayout:
     sharp_names: tuple[str, ...]
     shape: tuple[int, int] | None  # (H, W) every image must have, None = any
     url: str | None  # default download URL (None: no public download)
+    url_note: str  # where the default URL comes from
     page: str
     citation: str
 
@@ -69,6 +70,7 @@ LAYOUTS: dict[str, PairedLayout] = {
         sharp_names=("sharp", "gt", "target", "clear"),
         shape=(HISTECH_PATCH, HISTECH_PATCH),
         url=None,
+        url_note="no public download",
         page="https://doi.org/10.1016/j.media.2022.102566",
         citation=HISTECH_CITATION,
     ),
@@ -80,6 +82,8 @@ LAYOUTS: dict[str, PairedLayout] = {
         sharp_names=("target",),
         shape=(1120, 1680),
         url=DPDD_URL,
+        url_note="a mirror listed in the README of github.com/codeslake/IFAN; the DPDD authors' own link "
+        "(dd_dp_dataset_canon.zip, a sync.com web page rather than a direct file) is on their page",
         page=DPDD_PAGE,
         citation="A. Abuolaim, M. S. Brown, 'Defocus deblurring using dual-pixel data', ECCV 2020",
     ),
@@ -91,6 +95,7 @@ LAYOUTS: dict[str, PairedLayout] = {
         sharp_names=("target",),
         shape=None,
         url=REALDOF_URL,
+        url_note="the link published in the RealDOF authors' README",
         page=REALDOF_PAGE,
         citation="J. Lee, H. Son, J. Rim, S. Cho, S. Lee, 'Iterative filter adaptive network for single image defocus deblurring', CVPR 2021",
     ),
@@ -213,8 +218,12 @@ def _shape_problem(path: Path, shape: tuple[int, int] | None) -> list[str]:
     return []
 
 
+def _n(count: int) -> str:
+    return f"{count:,}".replace(",", " ")  # 66 976, as the paper writes counts
+
+
 def _layout_text(layout: PairedLayout, counts: dict[str, int]) -> str:
-    splits = ", ".join(f"{(s + '/') if s else ''}{{{layout.blur_names[0]},{layout.sharp_names[0]}}}/ with {n} images each" for s, n in counts.items())
+    splits = ", ".join(f"{(s + '/') if s else ''}{{{layout.blur_names[0]},{layout.sharp_names[0]}}}/ with {_n(n)} images each" for s, n in counts.items())
     size = f", {layout.shape[1]}×{layout.shape[0]} px (W×H)" if layout.shape else ""
     return f"{splits}; blurred and sharp images share file names{size}"
 
@@ -222,11 +231,11 @@ def _layout_text(layout: PairedLayout, counts: dict[str, int]) -> str:
 def _steps(layout: PairedLayout, root: Path) -> list[str]:
     """Step-by-step instructions to obtain and place the dataset."""
     check = f"Check: `dgno data check {layout.name} --root {root}`."
-    place = f"Place the files so that {root} (or one folder inside it) holds: {_layout_text(layout, layout.counts)}."
+    place = f"Place the files so that {root} (or a folder up to three levels below it) holds: {_layout_text(layout, layout.counts)}."
     if layout.name == "3dhistech":
         return [
             f"The 3DHistech refocusing dataset has no public download. It comes from {layout.citation} ({layout.page}); "
-            "the DGNO paper uses it as prepared by MPT (Zhang et al. 2024).",
+            "the DGNO paper follows MPT (Zhang et al. 2024) in using it.",
             "Request it from the authors of that paper (corresponding author's e-mail on its first page), asking for the "
             "256×256 patch split with 66 976 training, 9 088 validation and 18 909 test pairs used by MPT and DGNO.",
             place + " Put each blurred patch in <split>/blur and its in-focus counterpart, with the same file name, in <split>/sharp.",
@@ -239,8 +248,8 @@ def _steps(layout: PairedLayout, root: Path) -> list[str]:
         f"Automatic: `python -c \"from dgno.data.manual import download_or_instructions as d; print(d('{layout.name}', '{root}').text())\"` "
         f"downloads {url} (resumable) and unpacks it into {root / 'extracted'}.",
         f"By hand: `curl -fL -C - --create-dirs -o {archive} '{url}'` then `unzip -q {archive} -d {root / 'extracted'}`.",
-        f"The URL is the authors' published link ({layout.citation}; page: {layout.page}); hosting links move, so verify it "
-        "there first, and pass url=... (or set it in the config) if it changed. No checksum is published.",
+        f"The URL is {layout.url_note} ({layout.citation}; page: {layout.page}). Hosting links move: verify it there "
+        "first, and pass url=... (or set it in the config) if it changed. No checksum is published.",
         place,
         check,
     ]

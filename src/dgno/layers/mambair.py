@@ -12,7 +12,9 @@ sequence of H·W tokens with a selective state-space model (``selective_scan``) 
   only raster neighbours;
 * attentive state-space equation: the routed prompt, a low-rank (num_tokens × inner_rank ×
   d_state) learned dictionary entry, is added to the scan's output matrix C, so what a token
-  reads out of the state depends on its route.
+  reads out of the state depends on its route.  Here each prompt is sorted together with its
+  token (the paper's per-token C_i + P_i); MambaIRv2's public code adds the prompts in raster
+  order to the sorted sequence.
 
 Routing uses a hard Gumbel-softmax (straight-through) while training, as MambaIRv2 does.  In eval
 mode the route is the argmax of the router's logits — no noise — so inference is deterministic.
@@ -116,8 +118,15 @@ class ASSM(nn.Module):
         C = (C.transpose(1, 2) + prompt).unsqueeze(1)
         A = -torch.exp(self.A_log.float())  # (hidden, N), A < 0: a decaying state
         return selective_scan(
-            v.float(), dt.float(), A, B.float(), C.float(), self.D.float(),
-            delta_bias=self.dt_proj.bias.float(), delta_softplus=True, backend=self.scan_backend,
+            v.float(),
+            dt.float(),
+            A,
+            B.float(),
+            C.float(),
+            self.D.float(),
+            delta_bias=self.dt_proj.bias.float(),
+            delta_softplus=True,
+            backend=self.scan_backend,
         ).to(v.dtype)
 
 
@@ -162,7 +171,12 @@ class ASSMBlock(nn.Module):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
         self.assm = ASSM(
-            dim=dim, d_state=d_state, num_tokens=num_tokens, inner_rank=inner_rank, expand=expand, scan_backend=scan_backend
+            dim=dim,
+            d_state=d_state,
+            num_tokens=num_tokens,
+            inner_rank=inner_rank,
+            expand=expand,
+            scan_backend=scan_backend,
         )
         self.norm2 = nn.LayerNorm(dim)
         self.gdfn = GDFN(dim=dim, expansion=ffn_expansion)

@@ -96,7 +96,9 @@ def selective_scan(
     mamba_fn = mamba_selective_scan_fn() if backend in ("auto", "mamba_ssm") else None
     if backend == "mamba_ssm":
         if mamba_fn is None:
-            raise RuntimeError("backend 'mamba_ssm' requested but mamba_ssm.ops.selective_scan_interface does not import")
+            raise RuntimeError(
+                "backend 'mamba_ssm' requested but mamba_ssm.ops.selective_scan_interface does not import"
+            )
         if not u.is_cuda:
             raise RuntimeError(f"backend 'mamba_ssm' needs CUDA tensors, got device {u.device}")
     if mamba_fn is not None and u.is_cuda:
@@ -265,11 +267,11 @@ class _ChunkedScan(torch.autograd.Function):
     chunk, chunk, state — so per-token inputs broadcast over contiguous channels, the chunk
     cumsum adds contiguous slices, y = C·h is one batched matmul, and a block stays in cache.
     Everything per token (bias, softplus, the layout changes, D u) is done for several state
-    blocks at once (``_Tokens``), since those many small operations cost more in dispatch than
-    in arithmetic.  The backward
-    pass runs the adjoint recurrence λ_t = C_t g_t + exp(Δ_{t+1} A) λ_{t+1} the same way from the
-    end, recomputing the states block by block from the saved chunk-start states, so memory is
-    O(input), not O(input × N).
+    blocks at once (``_Tokens``): those arrays are N times smaller, and their many small
+    operations cost more in dispatch than in arithmetic.  The backward pass runs the adjoint
+    recurrence λ_t = C_t g_t + exp(Δ_{t+1} A) λ_{t+1} the same way from the end, recomputing the
+    states block by block from the saved chunk-start states, so memory is O(input), not
+    O(input × N).
     """
 
     @staticmethod
@@ -422,7 +424,9 @@ class _Tokens:
         rho = sig - sig[..., m : m + 1]  # σ_t − σ_m
         if check and T > 1:
             # σ is monotone when Δ = softplus(·) ≥ 0: the extremes are at the chunk's ends
-            span = torch.maximum(-rho[..., 0], rho[..., -1]).amax((0, 2)) if plan.softplus else rho.abs().amax((0, 2, 3))
+            span = (
+                torch.maximum(-rho[..., 0], rho[..., -1]).amax((0, 2)) if plan.softplus else rho.abs().amax((0, 2, 3))
+            )
             if float((span * plan.alpha).amax()) > EXP_LIMIT:
                 raise _ChunkTooLong
         self.B = self.tokens(plan.B, per="state")  # (b, T, S, G, N, 1)

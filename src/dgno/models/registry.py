@@ -177,3 +177,5 @@ for _name, _op in _OPERATORS.items():
             for scale, base in (("paper", _PAPER), ("demo", _DEMO), ("smoke", _SMOKE))
         },
     )
+
+import dgno.models.baselines  # noqa: E402,F401  registers the baselines

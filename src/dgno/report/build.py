@@ -185,6 +185,113 @@ def nonblind_section(config: dict, summaries: pd.DataFrame, results: Path) -> Se
     return sec
 
 
+def stardist_section(config: dict, results: Path) -> Section:
+    """AP of StarDist on blurred / restored / sharp images, with the source of the StarDist model."""
+    spec = config["experiments"]["stardist"]
+    ds = spec["dataset"]
+    paper = load_paper("stardist")
+    sec = Section(id="stardist", title="StarDist downstream check", paper_source=paper.get("source", ""))
+    path = results / "tables" / f"stardist_{ds}.csv"
+    metrics = ["ap50", "ap70", "ap90", "map"]
+    table = Table(columns=[(ds, m) for m in metrics])
+    labels = {m: config["methods"][m].get("label", m) for m in spec["methods"]}
+    frame = pd.read_csv(path) if path.exists() else None
+    keys = {"blurred": "blur", "sharp": "sharp", **{m: paper_key(config["methods"][m], m) for m in spec["methods"]}}
+    for cond in ["blurred", *spec["methods"], "sharp"]:
+        prow = paper.get("rows", {}).get(keys[cond], {})
+        row = frame[frame["condition"] == cond] if frame is not None else None
+        cells = []
+        for m in metrics:
+            if row is None or row.empty:
+                cells.append(Cell(measured=None, paper=prow.get(m), command=f"snakemake --cores all results/tables/stardist_{ds}.csv", digits=4))
+            else:
+                cells.append(Cell(measured=float(row[m].iloc[0]), paper=prow.get(m), digits=4))
+        table.rows.append(({"blurred": "Blurred input", "sharp": "Sharp (GT image)"}.get(cond, labels.get(cond, cond)), cells))
+    mark_best(table, skip_rows=("Blurred input", "Sharp (GT image)"))
+    sec.tables.append(table)
+    if frame is not None and "model" in frame:
+        sec.notes.append(f"StarDist model: {frame['model'].iloc[0]}. Ground truth: the dataset's instance label masks ({ds}, level {spec['level']}).")
+    sec.notes.append("AP = TP/(TP+FP+FN) at IoU 0.5 / 0.7 / 0.9 (stardist.matching); mean AP = mean of the three.")
+    return sec
+
+
+def _psnr_of(summaries: pd.DataFrame, dataset: str, method: str, levels: list[str], metric: str = "psnr") -> tuple[float | None, str | None]:
+    """Mean metric over the levels, or (None, command) when any level has not been evaluated."""
+    sub = summaries[(summaries.dataset == dataset) & (summaries.method == method)]
+    missing = [lvl for lvl in levels if lvl not in set(sub["level"])]
+    if missing:
+        return None, f"snakemake --cores all results/eval/{dataset}/{method}/{missing[0]}/summary.json"
+    return float(sub[metric].mean()), None
+
+
+def _tau_key(tau) -> str:
+    """Paper row key of a penalty value: 0.25 → p0_25, 1.0 → p1, 'learnable' → learnable."""
+    if tau == "learnable":
+        return "learnable"
+    return "p" + f"{float(tau):g}".replace(".", "_")
+
+
+def ablation_section(name: str, config: dict, summaries: pd.DataFrame) -> Section:
+    """One ablation grid as the paper lays it out, measured beside reported, missing points 'not run'."""
+    runs = config["ablation_runs"][name]
+    ds = runs[0]["dataset"]
+    levels = config["datasets"][ds]["test_levels"]
+    paper = load_paper(name)
+    prows = paper.get("rows", {})
+    titles = {
+        "flux_boundary": "Ablation: numerical flux × boundary condition",
+        "penalty": "Ablation: flux penalty τ",
+        "element_size_T": "Ablation: element size × number of operator layers T",
+    }
+    sec = Section(id=f"ablation_{name}", title=titles.get(name, name), paper_source=paper.get("source", ""))
+    sec.notes.append(f"Dataset {ds}; PSNR (dB) averaged over test levels {', '.join(levels)}. Results: results/tables/ablation_{name}.csv.")
+    by = {tuple((k, v) for k, v in r.items() if k not in ("method", "dataset")): r["method"] for r in runs}
+
+    def cell(method: str, paper_value, metric: str = "psnr") -> Cell:
+        measured, command = _psnr_of(summaries, ds, method, levels, metric)
+        return Cell(measured=measured, paper=paper_value, command=command, digits=2 if metric == "psnr" else 3)
+
+    spec = config["ablations"][name]
+    if name == "flux_boundary":
+        table = Table(columns=[(v, b) for v in spec["variants"] for b in spec["boundary"]])
+        for flux in spec["flux"]:
+            cells = []
+            for v, b in table.columns:
+                method = by[(("variant", v), ("flux", flux), ("boundary", b))]
+                cells.append(cell(method, prows.get(flux, {}).get(v.replace("-", "_"), {}).get(b)))
+            table.rows.append((prows.get(flux, {}).get("label", flux), cells))
+    elif name == "penalty":
+        table = Table(columns=[(v, m) for v in spec["variants"] for m in ("psnr", "ssim")])
+        for tau in spec["tau"]:
+            prow = prows.get(_tau_key(tau), {})
+            cells = [cell(by[(("variant", v), ("tau", tau))], prow.get(v.replace("-", "_"), {}).get(m), m) for v, m in table.columns]
+            table.rows.append((f"τ = {tau}", cells))
+    else:
+        v = spec["variant"]
+        table = Table(columns=[(v, f"T={t}") for t in spec["T"]])
+        for p in spec["element_size"]:
+            prow = prows.get(f"we_{p}", {})
+            cells = [cell(by[(("variant", v), ("element_size", p), ("T", t))], prow.get(f"t{t}")) for t in spec["T"]]
+            table.rows.append((f"element {p}×{p}", cells))
+    _mark_best_grid(table)
+    sec.tables.append(table)
+    return sec
+
+
+def _mark_best_grid(table: Table) -> None:
+    """Grid tables: the best measured PSNR/SSIM of the whole grid is highlighted (the paper bolds one cell)."""
+    groups: dict[str, list[int]] = {}
+    for j, (_, metric) in enumerate(table.columns):
+        groups.setdefault(metric if metric in ("psnr", "ssim") else "grid", []).append(j)
+    for cols in groups.values():
+        vals = [cells[j].measured for _, cells in table.rows for j in cols if cells[j].measured is not None]
+        if vals:
+            best = max(vals)
+            for _, cells in table.rows:
+                for j in cols:
+                    cells[j].best = cells[j].measured == best
+
+
 def edge_band_caption(results: Path) -> str:
     note = results / "tables" / "edge_band_definition.txt"
     return note.read_text().strip() if note.exists() else "Edge band: see dgno.metrics.edge_band_mask."
@@ -248,7 +355,7 @@ def synthetic_paper_rows(paper: dict, config: dict, datasets: list[str]) -> tupl
 def build_report(config: dict[str, Any], results_root: str | Path, out_html: str | Path) -> None:
     """Read every results file of this configuration and write the standalone HTML report."""
     results = Path(results_root)
-    summaries = collect_summaries(sorted(results.glob("eval/*/*/*/summary.json")))
+    summaries = collect_summaries(sorted((results / "eval").rglob("summary.json")))
     sections = []
     if "operators" in config["experiments"]:
         sections.append(operators_section(config, summaries, results))
@@ -256,15 +363,25 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
         sections.append(synthetic_section(config, summaries, results))
     if "nonblind" in config["experiments"]:
         sections.append(nonblind_section(config, summaries, results))
-    covered = {s.id for s in sections}
+    stardist_source = None
+    if "stardist" in config["experiments"]:
+        sections.append(stardist_section(config, results))
+        model_json = results / "stardist" / config["experiments"]["stardist"]["dataset"] / "model.json"
+        if model_json.exists():
+            from dgno.io import read_json
+
+            stardist_source = read_json(model_json)["source"]
+    for name in config.get("ablation_runs", {}):
+        sections.append(ablation_section(name, config, summaries))
+    covered = {s.id.removeprefix("ablation_") for s in sections}
     catalogue = [
         {
             "title": title,
-            "section": key if key in covered else None,
-            "reason": "not part of this configuration" if key in ("operators", "synthetic", "nonblind") else "not yet implemented by this version of the pipeline",
+            "section": (f"ablation_{key}" if key in config.get("ablation_runs", {}) else key) if key in covered else None,
+            "reason": "not part of this configuration" if key in ("operators", "synthetic", "nonblind", "stardist", "flux_boundary", "penalty", "element_size_T") else "not yet implemented by this version of the pipeline",
         }
         for key, title in CATALOGUE
     ]
-    context = header_context(config, summaries)
+    context = header_context(config, summaries, stardist_source)
     context.update(sections=sections, catalogue=catalogue, compute=benchmark_times(results / "benchmarks").to_dict("records"))
     render(context, out_html)

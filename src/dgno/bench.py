@@ -1,0 +1,129 @@
+"""Speed and memory benchmarks of registry models (``dgno bench``): forward pass and training step.
+
+Fixed seed, warm-up runs, then timed runs with device synchronisation around each; the result
+records the device, library versions and git commit, so a number never travels without its
+context. Peak memory is CUDA's max_memory_allocated on GPUs and the process's peak resident set
+(VmHWM, reset before the timed runs) on CPUs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dgno import provenance
+from dgno.io import write_json
+from dgno.models.registry import build_model
+from dgno.train import as_outputs, pick_device, restoration_loss
+
+
+def _reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:  # "5" resets the kernel's peak RSS counter of this process (Linux)
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def _peak_mb(device: torch.device) -> float | None:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn, device: torch.device, *, warmup: int, repeats: int) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    _reset_peak(device)
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def bench_forward(name: str, *, scale: str = "paper", size: int = 256, batch: int = 1, device: str = "auto", warmup: int = 1, repeats: int = 3, amp: bool = False) -> dict[str, Any]:
+    """Seconds per forward pass (median) and peak memory for a (batch, 1, size, size) input."""
+    dev = pick_device(device)
+    torch.manual_seed(0)
+    model = build_model(name, scale=scale).to(dev).eval()
+    x = torch.rand(batch, 1, size, size, device=dev)
+
+    def step():
+        with torch.no_grad(), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+            model(x)
+
+    times = _timed(step, dev, warmup=warmup, repeats=repeats)
+    sec = statistics.median(times)
+    return {
+        "kind": "forward",
+        "model": name,
+        "scale": scale,
+        "size": size,
+        "batch": batch,
+        "amp_bf16": amp,
+        "seconds": sec,
+        "images_per_second": batch / sec,
+        "peak_memory_mb": _peak_mb(dev),
+        "times": times,
+        "provenance": provenance.collect(dev),
+    }
+
+
+def bench_train(name: str, *, scale: str = "demo", size: int = 128, batch: int = 1, device: str = "auto", warmup: int = 2, repeats: int = 5, amp: bool = False) -> dict[str, Any]:
+    """Training iterations per second (forward + multi-scale loss + backward + AdamW step)."""
+    dev = pick_device(device)
+    torch.manual_seed(0)
+    model = build_model(name, scale=scale).to(dev).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.rand(batch, 1, size, size, device=dev)
+    y = torch.rand(batch, 1, size, size, device=dev)
+
+    def step():
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+            loss = restoration_loss(as_outputs(model(x)), y, fft_weight=0.1)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    times = _timed(step, dev, warmup=warmup, repeats=repeats)
+    sec = statistics.median(times)
+    return {
+        "kind": "train",
+        "model": name,
+        "scale": scale,
+        "size": size,
+        "batch": batch,
+        "amp_bf16": amp,
+        "seconds_per_iteration": sec,
+        "iterations_per_second": 1.0 / sec,
+        "projected_hours_60k": 60000 * sec / 3600,
+        "peak_memory_mb": _peak_mb(dev),
+        "times": times,
+        "provenance": provenance.collect(dev),
+    }
+
+
+def write_results(rows: list[dict[str, Any]], out: str | Path) -> None:
+    write_json(out, {"results": rows})

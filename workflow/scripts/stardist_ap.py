@@ -1,0 +1,24 @@
+"""Rule `stardist_ap`: AP at IoU 0.5/0.7/0.9 on blurred, each method's restored and sharp test images."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _log  # noqa: E402
+
+_log.redirect(snakemake.log[0])  # noqa: F821
+sm = snakemake  # noqa: F821
+
+from dgno.downstream import run_downstream  # noqa: E402
+from dgno.io import read_json  # noqa: E402
+
+spec = sm.params.spec
+dataset = sm.wildcards.dataset
+run_downstream(
+    Path("results/data") / dataset,
+    Path("results/eval") / dataset,
+    spec["level"],
+    list(spec["methods"]),
+    read_json(sm.input.model)["model_dir"],
+    sm.output[0],
+)
