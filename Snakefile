@@ -44,6 +44,7 @@ localrules:
     table_synthetic,
     table_nonblind,
     table_ablation,
+    table_experiment,
     edge_band_definition,
     edge_band,
     figure_visual,

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest

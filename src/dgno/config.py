@@ -155,6 +155,12 @@ def _check_references(cfg: dict) -> None:
     nb = cfg["experiments"].get("nonblind")
     if nb and datasets.get(nb["dataset"], {}).get("source") != "seidel":
         raise ConfigError(f"config key experiments.nonblind.dataset: {nb['dataset']!r} must be a dataset with source: seidel")
+    df = cfg["experiments"].get("defocus")
+    if df:
+        for ds in df["datasets"]:
+            missing = [lvl for lvl in df["levels"] if lvl not in datasets.get(ds, {}).get("test_levels", [])]
+            if ds in datasets and missing:
+                raise ConfigError(f"config key experiments.defocus.levels: {missing} are not test_levels of dataset {ds!r}; add them to datasets.{ds}.test_levels")
     for exp, spec in cfg["experiments"].items():
         for ds in spec.get("datasets", [spec.get("dataset")]):
             if ds not in datasets:

@@ -82,13 +82,21 @@ def experiment_datasets(name):
     return spec.get("datasets", [spec.get("dataset")])
 
 
+def table_levels(dataset):
+    """Levels the main tables average over: test levels the models were trained on (else all)."""
+    ds = config["datasets"][dataset]
+    seen = [lvl for lvl in ds["test_levels"] if lvl in ds["train_levels"]]
+    return seen or ds["test_levels"]
+
+
 def experiment_summaries(name):
+    """Summaries an experiment's table needs: every (method, level) of its dataset(s) + the input row."""
     spec = EXPERIMENTS[name]
     rows = list(spec["methods"]) + list(spec.get("deconvolution", []))
     return [
         s
         for ds in experiment_datasets(name)
-        for s in summaries(ds, rows, config["datasets"][ds]["test_levels"])
+        for s in summaries(ds, rows, spec.get("levels", table_levels(ds)))
     ]
 
 
@@ -151,7 +159,7 @@ def ablation_summaries(wildcards):
     return [
         f"results/eval/{r['dataset']}/{r['method']}/{lvl}/summary.json"
         for r in rows
-        for lvl in config["datasets"][r["dataset"]]["test_levels"]
+        for lvl in table_levels(r["dataset"])
     ]
 
 
@@ -173,6 +181,9 @@ def report_inputs():
         files.append(
             f"results/tables/stardist_{EXPERIMENTS['stardist']['dataset']}.csv"
         )
+    for name in ("main", "lifting", "defocus"):
+        if name in EXPERIMENTS:
+            files.append(f"results/tables/{name}.csv")
     if "operators" in EXPERIMENTS:
         files.append("results/tables/operators.csv")
     if "synthetic" in EXPERIMENTS:

@@ -52,6 +52,25 @@ rule table_nonblind:
         "../scripts/table.py"
 
 
+rule table_experiment:
+    input:
+        lambda wc: experiment_summaries(wc.experiment),
+    output:
+        report(
+            "results/tables/{experiment}.csv",
+            caption="../report/experiment.rst",
+            category="Main results",
+        ),
+    log:
+        "results/logs/tables/{experiment}.log",
+    wildcard_constraints:
+        experiment="main|lifting|defocus",
+    conda:
+        "../../envs/report.yaml"
+    script:
+        "../scripts/table.py"
+
+
 rule table_ablation:
     input:
         ablation_summaries,
@@ -74,7 +93,7 @@ rule edge_band:
         summaries=lambda wc: summaries(
             wc.dataset,
             experiment_methods(wc.dataset),
-            config["datasets"][wc.dataset]["test_levels"],
+            table_levels(wc.dataset),
         ),
     output:
         table="results/tables/edge_band_{dataset}.csv",
@@ -90,7 +109,7 @@ rule edge_band:
     params:
         methods=lambda wc: experiment_methods(wc.dataset),
         labels=lambda wc: method_labels(experiment_methods(wc.dataset)),
-        levels=lambda wc: config["datasets"][wc.dataset]["test_levels"],
+        levels=lambda wc: table_levels(wc.dataset),
         band_width_px=config["evaluate"]["edge_band_px"],
     script:
         "../scripts/edge_band.py"
@@ -114,7 +133,7 @@ rule figure_visual:
         summaries=lambda wc: summaries(
             wc.dataset,
             experiment_methods(wc.dataset),
-            config["datasets"][wc.dataset]["test_levels"],
+            table_levels(wc.dataset),
         ),
     output:
         report(
@@ -127,8 +146,8 @@ rule figure_visual:
     conda:
         "../../envs/report.yaml"
     params:
-        methods=figure_rows,
-        level=lambda wc: config["datasets"][wc.dataset]["test_levels"][0],
+        methods=lambda wc: figure_rows(wc.dataset),
+        level=lambda wc: table_levels(wc.dataset)[0],
         n_images=config["evaluate"]["figure_images"],
     script:
         "../scripts/figure_visual.py"
@@ -139,7 +158,7 @@ rule figure_error_difference:
         summaries=lambda wc: summaries(
             wc.dataset,
             experiment_methods(wc.dataset),
-            config["datasets"][wc.dataset]["test_levels"],
+            table_levels(wc.dataset),
         ),
     output:
         report(
@@ -153,7 +172,7 @@ rule figure_error_difference:
         "../../envs/report.yaml"
     params:
         pair=lambda wc: gg_dg_pair(experiment_methods(wc.dataset)),
-        level=lambda wc: config["datasets"][wc.dataset]["test_levels"][0],
+        level=lambda wc: table_levels(wc.dataset)[0],
         band_width_px=config["evaluate"]["edge_band_px"],
     script:
         "../scripts/figure_error_difference.py"

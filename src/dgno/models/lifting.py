@@ -16,7 +16,9 @@ three more encoder blocks,
 
 and ``LIFTING_MODELS`` maps each registry name to its block.  Heads follow Restormer/MPT: about
 48 channels per head (1/2/4/8 heads on DGNO's 48/96/192/384-channel levels).  The encoder layout
-(widths, blocks per level, shallow inputs) and the decoder are DGNO-Cell's at every scale.
+(widths, blocks per level, shallow inputs) and the decoder are DGNO-Cell's at every scale, except
+that the demo scale leaves the full-resolution level without a lifting block (CPU time; see
+``dgno.models.baselines``).
 
 spandrel is imported only when such a block is built: importing it takes seconds, and the
 registry is imported by every command.

@@ -82,8 +82,9 @@ class ChannelAttention(nn.Module):
         _, _, h, w = x.shape
         k, v = self.kv(x).chunk(2, dim=1)
         q, k, v = (rearrange(t, "b (g d) h w -> b g d (h w)", g=self.heads) for t in (self.q(x), k, v))
-        attn = (F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)) * self.temperature
-        out = attn.softmax(dim=-1) @ v  # (B, g, d, HW)
+        # softmax(τ q̂·k̂ᵀ) v as one fused kernel (τ folded into the d query rows)
+        q = F.normalize(q, dim=-1) * self.temperature
+        out = F.scaled_dot_product_attention(q, F.normalize(k, dim=-1), v, scale=1.0)  # (B, g, d, HW)
         return self.proj(rearrange(out, "b g d (h w) -> b (g d) h w", h=h, w=w))
 
 
@@ -158,12 +159,12 @@ class CrossScaleWindowAttention(nn.Module):
             k, v = (torch.roll(t, shifts=(-s, -s), dims=(-2, -1)) for t in (k, v))
         q = rearrange(q, "b (g d) (nh p1) (nw p2) -> b (nh nw) g (p1 p2) d", g=g, p1=f * w, p2=f * w)
         k, v = (rearrange(t, "b (g d) (nh p1) (nw p2) -> b (nh nw) g (p1 p2) d", g=g, p1=w, p2=w) for t in (k, v))
-        attn = (F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)) * self.temperature
-        bias = self.bias_table[self.bias_index.reshape(-1)].view(*self.bias_index.shape, g)  # ((fw)², w², g)
-        attn = attn + bias.permute(2, 0, 1)  # (B, nW, g, (fw)², w²)
-        if self.shift:
-            attn = attn + self.shift_mask(hp // f, wp // f, x.device)[None, :, None]
-        out = attn.softmax(dim=-1) @ v  # (B, nW, g, (fw)², d)
+        bias = self.bias_table[self.bias_index.reshape(-1)].view(*self.bias_index.shape, g).permute(2, 0, 1)
+        if self.shift:  # (g, (fw)², w²) → (nW, g, (fw)², w²)
+            bias = bias + self.shift_mask(hp // f, wp // f, x.device)[:, None]
+        # softmax(τ q̂·k̂ᵀ + bias) v as one fused kernel (τ folded into the queries); cosine logits
+        q = F.normalize(q, dim=-1) * self.temperature
+        out = F.scaled_dot_product_attention(q, F.normalize(k, dim=-1), v, attn_mask=bias, scale=1.0)
         out = rearrange(
             out, "b (nh nw) g (p1 p2) d -> b (g d) (nh p1) (nw p2)", nh=hp // (f * w), p1=f * w, p2=f * w
         )

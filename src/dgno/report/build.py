@@ -68,9 +68,9 @@ def gain_verdict(summaries: pd.DataFrame, dataset: str, a: str, b: str, labels: 
     if pa.empty or pb.empty:
         return None
     gain = float(pa.mean() - pb.mean())
-    word = "better" if gain > 0 else "worse" if gain < 0 else "equal"
+    word = "better" if gain >= 0.005 else "worse" if gain <= -0.005 else "equal (within 0.01 dB)"
     paper = f" (paper: {paper_gain:+.2f} dB)" if paper_gain is not None else ""
-    return f"{labels[a]} vs {labels[b]} on {dataset}: {gain:+.2f} dB PSNR — {labels[a]} {word} than {labels[b]} in this run{paper}."
+    return f"{labels[a]} vs {labels[b]} on {dataset}: {gain:+.2f} dB PSNR — {labels[a]} {word}{' than ' + labels[b] if not word.startswith('equal') else ''} in this run{paper}."
 
 
 def cost_table(results: Path, methods: list[str], method_cfgs: dict[str, dict], paper_rows: dict[str, dict]) -> Table | None:
@@ -104,7 +104,7 @@ def operators_section(config: dict, summaries: pd.DataFrame, results: Path) -> S
     ds, methods = exp["dataset"], exp["methods"]
     mcfg = config["methods"]
     paper = load_paper("operators")
-    levels = {ds: config["datasets"][ds]["test_levels"]}
+    levels = {ds: table_levels(config, ds)}
     sec = Section(id="operators", title="GG vs LG vs DGNO", paper_source=paper.get("source", ""))
     sec.notes.append(
         f"Dataset {ds} ({config['datasets'][ds]['source']}), test levels {', '.join(levels[ds])}; metrics are means over test images, then over levels."
@@ -235,7 +235,7 @@ def ablation_section(name: str, config: dict, summaries: pd.DataFrame) -> Sectio
     """One ablation grid as the paper lays it out, measured beside reported, missing points 'not run'."""
     runs = config["ablation_runs"][name]
     ds = runs[0]["dataset"]
-    levels = config["datasets"][ds]["test_levels"]
+    levels = table_levels(config, ds)
     paper = load_paper(name)
     prows = paper.get("rows", {})
     titles = {
@@ -292,6 +292,82 @@ def _mark_best_grid(table: Table) -> None:
                     cells[j].best = cells[j].measured == best
 
 
+def table_levels(config: dict, dataset: str) -> list[str]:
+    """Levels a main table averages over: the test levels the models were trained on (the paper's
+    tables report in-distribution planes; unseen planes go to the defocus table)."""
+    ds = config["datasets"][dataset]
+    seen = [lvl for lvl in ds["test_levels"] if lvl in ds["train_levels"]]
+    return seen or ds["test_levels"]
+
+
+def main_section(config: dict, summaries: pd.DataFrame) -> Section:
+    """Table 1: every method on every main dataset; our datasets map to the paper's columns by paper_column."""
+    exp = config["experiments"]["main"]
+    paper = load_paper("main")
+    dss = exp["datasets"]
+    sec = Section(id="main", title="Main results (Table 1)", paper_source=paper.get("source", ""))
+    keys = {ds: config["datasets"][ds].get("paper_column", ds) for ds in dss}
+    sec.notes.append("Columns: " + "; ".join(f"{ds} → paper column {keys[ds]}" for ds in dss) + ". Levels: the in-distribution test levels of each dataset.")
+    sec.tables.append(
+        metric_table(
+            summaries,
+            datasets=dss,
+            methods=exp["methods"],
+            method_cfgs=config["methods"],
+            levels={ds: table_levels(config, ds) for ds in dss},
+            metrics=["psnr", "ssim", "lpips"],
+            paper_rows=paper.get("rows", {}),
+            paper_dataset_key=keys,
+        )
+    )
+    return sec
+
+
+def lifting_section(config: dict, summaries: pd.DataFrame) -> Section:
+    exp = config["experiments"]["lifting"]
+    paper = load_paper("lifting")
+    ds = exp["dataset"]
+    sec = Section(id="lifting", title="Lifting modules with and without DGNO operator layers", paper_source=paper.get("source", ""))
+    sec.notes.append(f"Dataset {ds}. '<encoder>-dgno' = that encoder as the lifting module of DGNO-Cell's decoder of operator layers.")
+    if paper.get("notes"):
+        sec.notes.append("Note on the paper's numbers: " + str(paper["notes"]))
+    sec.tables.append(
+        metric_table(
+            summaries,
+            datasets=[ds],
+            methods=exp["methods"],
+            method_cfgs=config["methods"],
+            levels={ds: table_levels(config, ds)},
+            metrics=["psnr", "ssim", "lpips"],
+            paper_rows=paper.get("rows", {}),
+        )
+    )
+    return sec
+
+
+def defocus_section(config: dict, summaries: pd.DataFrame) -> Section:
+    """PSNR per unseen defocus level; dataset i compares with the paper's defocus table of its paper_column."""
+    exp = config["experiments"]["defocus"]
+    sec = Section(id="defocus", title="Generalisation to unseen defocus levels")
+    for ds in exp["datasets"]:
+        col = config["datasets"][ds].get("paper_column", ds)
+        paper = load_paper("defocus_w2" if col.endswith("w2") else "defocus_w1")
+        sec.notes.append(f"{ds}: trained on {', '.join(config['datasets'][ds]['train_levels'])}; compared with {paper.get('source', 'the paper')}.")
+        table = Table(columns=[(ds, lvl) for lvl in exp["levels"]])
+        for method in ["input", *exp["methods"]]:
+            cfg = config["methods"].get(method, {"model": "blur", "label": "Blurred input"})
+            prow = paper.get("rows", {}).get(paper_key(cfg, method), {})
+            cells = []
+            for _, lvl in table.columns:
+                measured, command = _psnr_of(summaries, ds, method, [lvl])
+                cells.append(Cell(measured=measured, paper=prow.get(lvl, {}).get("psnr"), command=command))
+            table.rows.append((cfg.get("label", method), cells))
+        _mark_best_grid(table)
+        table.caption = "PSNR (dB) per level; the blurred input row is included for reference."
+        sec.tables.append(table)
+    return sec
+
+
 def edge_band_caption(results: Path) -> str:
     note = results / "tables" / "edge_band_definition.txt"
     return note.read_text().strip() if note.exists() else "Edge band: see dgno.metrics.edge_band_mask."
@@ -302,7 +378,7 @@ def synthetic_section(config: dict, summaries: pd.DataFrame, results: Path) -> S
     dss, methods = exp["datasets"], exp["methods"]
     mcfg = config["methods"]
     paper = load_paper("synthetic")
-    levels = {ds: config["datasets"][ds]["test_levels"] for ds in dss}
+    levels = {ds: table_levels(config, ds) for ds in dss}
     sec = Section(id="synthetic", title="Controlled synthetic experiment under spatially varying blur", paper_source=paper.get("source", ""))
     for ds in dss:
         d = config["datasets"][ds]
@@ -357,6 +433,8 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
     results = Path(results_root)
     summaries = collect_summaries(sorted((results / "eval").rglob("summary.json")))
     sections = []
+    if "main" in config["experiments"]:
+        sections.append(main_section(config, summaries))
     if "operators" in config["experiments"]:
         sections.append(operators_section(config, summaries, results))
     if "synthetic" in config["experiments"]:
@@ -371,6 +449,10 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
             from dgno.io import read_json
 
             stardist_source = read_json(model_json)["source"]
+    if "lifting" in config["experiments"]:
+        sections.append(lifting_section(config, summaries))
+    if "defocus" in config["experiments"]:
+        sections.append(defocus_section(config, summaries))
     for name in config.get("ablation_runs", {}):
         sections.append(ablation_section(name, config, summaries))
     covered = {s.id.removeprefix("ablation_") for s in sections}
@@ -378,7 +460,7 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
         {
             "title": title,
             "section": (f"ablation_{key}" if key in config.get("ablation_runs", {}) else key) if key in covered else None,
-            "reason": "not part of this configuration" if key in ("operators", "synthetic", "nonblind", "stardist", "flux_boundary", "penalty", "element_size_T") else "not yet implemented by this version of the pipeline",
+            "reason": "not part of this configuration" if key in ("main", "lifting", "defocus", "operators", "synthetic", "nonblind", "stardist", "flux_boundary", "penalty", "element_size_T") else "not yet implemented by this version of the pipeline",
         }
         for key, title in CATALOGUE
     ]

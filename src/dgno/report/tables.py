@@ -26,8 +26,8 @@ def load_paper_values(path: str | Path = PAPER_VALUES) -> dict[str, Any]:
 
 
 def paper_key(method_cfg: dict[str, Any], method: str) -> str:
-    """Row key of a configured method in paper_values.yaml (registry name with '_' for '-')."""
-    return method_cfg.get("model", method).replace("-", "_")
+    """Row key of a configured method in paper_values.yaml (its paper_key, else the registry name with '_' for '-')."""
+    return method_cfg.get("paper_key") or method_cfg.get("model", method).replace("-", "_")
 
 
 def collect_summaries(paths: Iterable[str | Path]) -> pd.DataFrame:

@@ -1,0 +1,68 @@
+"""`dgno deblur`: users' own images keep dtype/shape/range; bad files are named and skipped; tiles are seamless."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tifffile
+import torch
+
+from dgno.cli import main
+from dgno.deblur import deblur_files
+from dgno.evaluate import model_restorer
+from dgno.train import ModelChoice, TrainConfig, load_trained, train
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from conftest import write_tiny_dataset
+
+    root = tmp_path_factory.mktemp("deblur")
+    data = write_tiny_dataset(root / "data")
+    cfg = TrainConfig.from_dict(dict(iterations=2, batch_size=1, patch_size=32, val_every=10, log_every=1, checkpoint_every=10, device="cpu"))
+    return train(data, root / "run", model_choice=ModelChoice(name="lg", scale="smoke"), levels=["a"], cfg=cfg, progress=False)
+
+
+def test_16bit_frame_round_trips_dtype_and_shape(checkpoint, tmp_path):
+    img = (np.random.default_rng(0).random((520, 696)) * 60000).astype(np.uint16)
+    src = tmp_path / "frame.tif"
+    tifffile.imwrite(src, img)
+    assert deblur_files([src], tmp_path / "out", checkpoint=checkpoint, tile=256, overlap=64, device="cpu") == []
+    out = tifffile.imread(tmp_path / "out" / "frame.tif")
+    assert out.dtype == np.uint16 and out.shape == (520, 696)
+
+
+def test_rgb_8bit_png_is_restored_per_channel(checkpoint, tmp_path):
+    import skimage.io
+
+    rgb = (np.random.default_rng(1).random((40, 50, 3)) * 255).astype(np.uint8)
+    skimage.io.imsave(tmp_path / "rgb.png", rgb, check_contrast=False)
+    assert deblur_files([tmp_path / "rgb.png"], tmp_path / "out", checkpoint=checkpoint, tile=None, device="cpu") == []
+    out = tifffile.imread(tmp_path / "out" / "rgb.tif")
+    assert out.dtype == np.uint8 and out.shape == (40, 50, 3)
+
+
+def test_bad_files_are_named_and_the_rest_processed(checkpoint, tmp_path, capsys):
+    good = tmp_path / "good.tif"
+    tifffile.imwrite(good, np.zeros((40, 40), np.uint16))
+    bad = tmp_path / "broken.tif"
+    bad.write_bytes(b"not a tiff")
+    code = main(["deblur", str(bad), str(good), "--checkpoint", str(checkpoint), "--output", str(tmp_path / "out"), "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert code == 1 and "broken.tif" in err and "1 of 2 file(s) failed" in err
+    assert (tmp_path / "out" / "good.tif").exists() and not (tmp_path / "out" / "broken.tif").exists()
+
+
+def test_wrong_checkpoint_is_a_clear_error(tmp_path, capsys):
+    fake = tmp_path / "model.pt"
+    torch.save({"weights": 1}, fake)
+    code = main(["deblur", str(fake), "--checkpoint", str(fake), "--output", str(tmp_path / "o"), "--device", "cpu"])
+    assert code == 2 and "not a dgno model file" in capsys.readouterr().err
+
+
+def test_one_tile_equals_untiled(checkpoint):
+    model, _ = load_trained(checkpoint)
+    img = np.random.default_rng(2).random((64, 64)).astype(np.float32)
+    whole = model_restorer(model, torch.device("cpu"), tile=None, overlap=0)(img)
+    tiled = model_restorer(model, torch.device("cpu"), tile=64, overlap=16)(img)
+    np.testing.assert_allclose(tiled, whole, atol=1e-4)

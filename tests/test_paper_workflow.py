@@ -1,0 +1,71 @@
+"""The paper-scale configuration: its whole DAG builds quickly, and its download → prepare chain runs
+for real against a miniature BBBC006 served on loopback (tests/fixtures_http.py)."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+
+from conftest import ROOT, SNAKEMAKE
+from fixtures_http import bbbc006_http_session, bbbc006_server  # noqa: F401  (fixtures)
+
+
+def test_paper_dag_lists_every_experiment(tmp_path):
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [SNAKEMAKE, "-n", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile", str(ROOT / "config" / "paper.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    elapsed = time.perf_counter() - t0
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    for target in (
+        "results/tables/main.csv",
+        "results/tables/lifting.csv",
+        "results/tables/defocus.csv",
+        "results/tables/operators.csv",
+        "results/tables/synthetic.csv",
+        "results/tables/nonblind.csv",
+        "results/tables/stardist_bbbc006_w1.csv",
+        "results/tables/ablation_flux_boundary.csv",
+        "results/tables/ablation_penalty.csv",
+        "results/tables/ablation_element_size_T.csv",
+        "results/train/bbbc006_w1/dgno-cell/flux=jump/boundary=dirichlet/model.pt",
+        "results/train/bbbc006_w1/dgno-face/tau=0.5/model.pt",
+        "results/train/bbbc006_w1/dgno-cell/element_size=16/T=3/model.pt",
+        "resources/bbbc006/z16",
+    ):
+        assert target in out, target
+    assert elapsed < 120  # the issue's budget is 30 s on an idle machine; CI machines are shared
+
+
+def test_bbbc006_chain_through_the_workflow(tmp_path, bbbc006_server):  # noqa: F811
+    bbbc006_server.faults.drop_first.add("BBBC006_v1_images_z_16.zip")  # a dropped connection is resumed
+    cfg = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    cfg["downloads"] = {"bbbc006_url": bbbc006_server.base_url, "retries": 3, "raw_dir": "resources"}
+    cfg["datasets"]["bbbc006_w1"]["n_val_wells"] = 1
+    path = tmp_path / "paper_loopback.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run(
+        [SNAKEMAKE, "results/data/bbbc006_w1/split.csv", "--cores", "2", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    data = tmp_path / "results" / "data" / "bbbc006_w1"
+    rows = list(csv.DictReader((data / "split.csv").open()))
+    wells = {s: {r["id"].split("_")[0] for r in rows if r["split"] == s} for s in ("train", "val", "test")}
+    assert wells["test"] and wells["train"] and not (wells["test"] & wells["train"]) and not (wells["val"] & wells["train"])
+    for lvl in ("z01", "z02", "z05", "z06", "z10", "z13"):
+        assert len(list((data / "blur" / lvl).glob("*.tif"))) == len(rows), lvl
+    assert len(list((data / "gt").glob("*.tif"))) == len(rows)
+    ranges = [r["range"] for r in bbbc006_server.served("BBBC006_v1_images_z_16.zip")]
+    assert any(r for r in ranges), "the dropped download was not resumed with a Range request"
+    assert Path(tmp_path / "resources" / "bbbc006" / "archives" / "BBBC006_v1_images_z_16.zip").exists()
