@@ -53,8 +53,10 @@ PUBLISHED: dict[str, dict[str, Any]] = {
     },
     "swinir": {
         "params_m": 11.8,
-        "source": "SwinIR (Liang et al., ICCVW 2021), ~11.8 M for its 6×6-layer, 180-channel restoration "
-        "configuration (value from the task brief; the paper's table was not retrievable here)",
+        "source": "SwinIR (Liang et al., ICCVW 2021): ~11.8 M quoted for its 6×6-layer, 180-channel network "
+        "(value from the task brief; the paper's table was not retrievable here).  That figure includes the "
+        "super-resolution upsampler: the same spandrel architecture counts 11,752,487 (×2) / 11,900,199 (×4) "
+        "RGB parameters with it and 11,504,163 in the upscale-1 restoration form used here",
         "checked": False,
     },
     "mimo-unet": {

@@ -53,6 +53,7 @@ class TrainConfig:
     checkpoint_every: int = 1000
     seed: int = 0
     device: str = "auto"
+    bf16: bool = True  # bfloat16 autocast on CUDA (ignored on CPU, where float32 is faster and exact)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
@@ -267,7 +268,9 @@ def train(
             for g in opt.param_groups:
                 g["lr"] = lr_at(it, cfg)
             blur, gt = (torch.from_numpy(a).to(device) for a in sampler.next_batch())
-            loss = restoration_loss(as_outputs(model(blur)), gt, fft_weight=cfg.fft_weight)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
+                outputs = as_outputs(model(blur))
+            loss = restoration_loss([o.float() for o in outputs], gt, fft_weight=cfg.fft_weight)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"loss became {loss.item()} at iteration {it}; lower train.lr or check the data")
             opt.zero_grad(set_to_none=True)

@@ -19,6 +19,12 @@ BBBC006 = [d for d in DATASETS if config["datasets"][d]["source"] == "bbbc006"]
 RAW = config["downloads"]["raw_dir"]
 
 
+def canonical(obj):
+    """Key-sorted copy of a params dict: Snakemake compares params by their text, so key order
+    (which a YAML round trip may change) must not trigger reruns."""
+    return json.loads(json.dumps(obj, sort_keys=True))
+
+
 def one_of(names):
     """Wildcard regex matching exactly these names (and nothing at all when there are none)."""
     return "|".join(re.escape(n) for n in names) if names else "(?!)"

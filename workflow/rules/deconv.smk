@@ -13,7 +13,7 @@ rule seidel_calibration:
     conda:
         "../../envs/dgno.yaml"
     params:
-        seidel=lambda wc: config["datasets"][wc.dataset].get("seidel", {}),
+        seidel=lambda wc: canonical(config["datasets"][wc.dataset].get("seidel", {})),
         image_size=seidel_image_size,
         seed=config["seed"],
     script:
@@ -63,7 +63,9 @@ rule deconvolve:
     resources:
         gpu=1 if config["device"] != "cpu" else 0,
     params:
-        evaluate={k: config["evaluate"][k] for k in ("tile", "overlap", "lpips")},
+        evaluate=canonical(
+            {k: config["evaluate"][k] for k in ("tile", "overlap", "lpips")}
+        ),
         ring_iterations=config["experiments"]
         .get("nonblind", {})
         .get("ring_iterations", 300),

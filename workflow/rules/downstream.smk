@@ -14,7 +14,7 @@ rule stardist_model:
     conda:
         "../../envs/stardist.yaml"
     params:
-        spec=config["experiments"].get("stardist", {}),
+        spec=canonical(config["experiments"].get("stardist", {})),
         seed=config["seed"],
     script:
         "../scripts/stardist_model.py"
@@ -36,6 +36,6 @@ rule stardist_ap:
     conda:
         "../../envs/stardist.yaml"
     params:
-        spec=config["experiments"].get("stardist", {}),
+        spec=canonical(config["experiments"].get("stardist", {})),
     script:
         "../scripts/stardist_ap.py"

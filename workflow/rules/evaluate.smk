@@ -18,7 +18,9 @@ rule evaluate:
     resources:
         gpu=1 if config["device"] != "cpu" else 0,
     params:
-        evaluate={k: config["evaluate"][k] for k in ("tile", "overlap", "lpips")},
+        evaluate=canonical(
+            {k: config["evaluate"][k] for k in ("tile", "overlap", "lpips")}
+        ),
         device=config["device"],
     script:
         "../scripts/evaluate.py"
@@ -36,6 +38,8 @@ rule evaluate_input:
     conda:
         "../../envs/dgno.yaml"
     params:
-        evaluate={k: config["evaluate"][k] for k in ("tile", "overlap", "lpips")},
+        evaluate=canonical(
+            {k: config["evaluate"][k] for k in ("tile", "overlap", "lpips")}
+        ),
     script:
         "../scripts/evaluate.py"

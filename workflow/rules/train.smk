@@ -16,11 +16,11 @@ rule train:
     resources:
         gpu=1 if config["device"] != "cpu" else 0,
     params:
-        method=lambda wc: {
-            k: v for k, v in config["methods"][wc.method].items() if k != "label"
-        },
+        method=lambda wc: canonical(
+            {k: v for k, v in config["methods"][wc.method].items() if k != "label"}
+        ),
         levels=lambda wc: config["datasets"][wc.dataset]["train_levels"],
-        train=config["train"],
+        train=canonical(config["train"]),
         scale=config["scale"],
         seed=config["seed"],
         device=config["device"],

@@ -257,7 +257,7 @@ _SCALES: dict[str, tuple[type[nn.Module], dict[str, dict[str, Any]]]] = {
         MPT,
         {
             "paper": {"dim": 40, "factors": PAPER_FACTORS, "heads": [1, 2, 4, 8], "window": 8, "ffn_expansion": 2.6},
-            "demo": {"dim": 8, "factors": [[4], [2], [2], [2]], "heads": [1, 1, 2, 2], "window": 8,
+            "demo": {"dim": 8, "factors": [[4], [2], [2], [2]], "heads": [1, 1, 2, 2], "window": 4,
                      "ffn_expansion": 2.6},
             "smoke": {"dim": 4, "factors": [[2, 1], [2], [1], [1]], "heads": [1, 1, 1, 1], "window": 4,
                       "ffn_expansion": 2.0},

@@ -49,6 +49,11 @@ def _cbr(cin: int, cout: int, k: int = 3, *, stride: int = 1) -> nn.Sequential:
     )
 
 
+def _upsample2(x: Tensor) -> Tensor:
+    """Bilinear ×2: carries the SRAM's ConvLSTM state to the next, finer scale."""
+    return F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
+
+
 def gaussian_bank_1d(num_kernels: int, sigma_step: float, kernel_size: int) -> Tensor:
     """(M + 1, kernel_size) unit-sum 1-D taps: row 0 the identity, row m a Gaussian of σ = m·sigma_step.
 
@@ -260,7 +265,7 @@ class GKMNet(nn.Module):
         for k, y in enumerate(pyramid):
             if k:
                 estimate = F.interpolate(outs[-1], size=y.shape[-2:], mode="bilinear", align_corners=False)
-                state = tuple(F.interpolate(s, scale_factor=2.0, mode="bilinear", align_corners=False) for s in state)
+                state = (_upsample2(state[0]), _upsample2(state[1]))
             out, state = self.step(y, estimate, state)
             outs.append(out)
         crops = [(math.ceil(h / 4), math.ceil(w / 4)), (math.ceil(h / 2), math.ceil(w / 2)), (h, w)]
