@@ -148,8 +148,15 @@ def test_changed_model_spec_refuses_stale_checkpoint(tiny_dataset, tmp_path):
         train(tiny_dataset, out, model_choice=ModelChoice(name="lg", scale="smoke"), levels=["a"], cfg=_cfg(iterations=2), progress=False)
 
 
-@pytest.mark.parametrize("name", ["gg", "lg", "dgno-face", "dgno-cell"])
+def _registry():
+    from dgno.models.registry import list_models
+
+    return list_models()
+
+
+@pytest.mark.parametrize("name", _registry())
 def test_loss_decreases_when_overfitting(tiny_dataset, tmp_path, name):
+    """Every model of the registry (DGNO family and baselines) learns a tiny set through dgno.train."""
     cfg = _cfg(iterations=40, lr=2e-3, log_every=1, val_every=1000, checkpoint_every=1000)
     train(tiny_dataset, tmp_path / name, model_choice=ModelChoice(name=name, scale="smoke"), levels=["a"], cfg=cfg, progress=False)
     import pandas as pd

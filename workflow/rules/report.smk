@@ -132,8 +132,8 @@ rule figure_visual:
     input:
         summaries=lambda wc: summaries(
             wc.dataset,
-            experiment_methods(wc.dataset),
-            table_levels(wc.dataset),
+            list(figure_rows(wc.dataset)),
+            table_levels(wc.dataset)[:1],
         ),
     output:
         report(

@@ -67,7 +67,9 @@ def _nafblock(dim: int) -> nn.Module:
 def _restormer_block(dim: int) -> nn.Module:
     """Restormer block (MDTA + GDFN) as configured for deblurring."""
     with quiet_spandrel():
-        from spandrel_extra_arches.architectures.Restormer.__arch.restormer_arch import TransformerBlock
+        from spandrel_extra_arches.architectures.Restormer.__arch.restormer_arch import (
+            TransformerBlock,
+        )
     return TransformerBlock(dim, heads_for(dim), 2.66, False, "WithBias")
 
 

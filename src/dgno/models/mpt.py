@@ -147,7 +147,7 @@ class CrossScaleWindowAttention(nn.Module):
         return (query[:, :, None] != key[:, None, :]).float() * _MASKED
 
     def forward(self, x: Tensor) -> Tensor:
-        b, c, h, w_img = x.shape
+        h, w_img = x.shape[-2:]
         w, f, g = self.window, self.factor, self.heads
         xp = pad_to_multiple(x, f * w)
         hp, wp = xp.shape[-2:]
