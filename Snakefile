@@ -31,6 +31,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/downstream.smk"
 include: "workflow/rules/deconv.smk"
+include: "workflow/rules/analysis.smk"
 include: "workflow/rules/report.smk"
 
 
@@ -51,6 +52,9 @@ localrules:
     figure_error_difference,
     figure_training_curves,
     figure_synthetic,
+    figure_psnr_params,
+    runtime_memory,
+    analysis,
     report,
 
 

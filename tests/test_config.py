@@ -59,8 +59,8 @@ def test_nested_typo_in_train(demo):
 
 def test_cross_references(demo):
     cfg = copy.deepcopy(demo)
-    cfg["experiments"]["operators"]["methods"].append("nafnet")
-    with pytest.raises(ConfigError, match="method 'nafnet' is not defined"):
+    cfg["experiments"]["operators"]["methods"].append("not-a-method")
+    with pytest.raises(ConfigError, match="method 'not-a-method' is not defined"):
         validate_config(cfg)
     cfg = copy.deepcopy(demo)
     cfg["datasets"]["nuclei"]["train_levels"] = ["z99"]
@@ -94,3 +94,13 @@ def test_unknown_model_lists_registry(demo):
     cfg["methods"]["gg"]["model"] = "dgno-cel"
     with pytest.raises(ConfigError, match=r"methods.gg.model: 'dgno-cel' is not a registered model; allowed values: .*dgno-cell"):
         validate_config(cfg)
+
+
+def test_paper_scale_cost_names_defined_methods(demo):
+    """A list of paper-scale cost methods must name configured methods (a typo would silently skip one)."""
+    cfg = copy.deepcopy(demo)
+    cfg["evaluate"] = {**cfg.get("evaluate", {}), "paper_scale_cost": ["dgno-cell", "dgno-cel"]}
+    with pytest.raises(ConfigError, match="evaluate.paper_scale_cost: method 'dgno-cel' is not defined"):
+        validate_config(cfg)
+    cfg["evaluate"]["paper_scale_cost"] = ["dgno-cell"]
+    assert validate_config(cfg)["evaluate"]["paper_scale_cost"] == ["dgno-cell"]

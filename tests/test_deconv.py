@@ -103,7 +103,7 @@ def test_nonblind_pipeline(tmp_path):
         gt = tifffile.imread(out / "gt" / f"{ident}.tif")
         blurred = tifffile.imread(out / "blur" / "seidel" / f"{ident}.tif")
         assert gt.dtype == blurred.dtype == np.float32 and gt.shape == blurred.shape == (64, 64)
-        assert 0 <= blurred.min() and blurred.max() <= 1 and gt.max() == 1.0
+        assert blurred.min() >= 0 and blurred.max() <= 1 and gt.max() == 1.0
         assert 15 < psnr(blurred, gt) < 45  # blurred, but the same scene
         assert (out / "labels" / f"{ident}.tif").exists()
     manifest = json.loads((out / "manifest.json").read_text())
@@ -116,7 +116,7 @@ def test_nonblind_pipeline(tmp_path):
         files = sorted(p.name for p in restored.iterdir())
         assert files == ["settings.json", "test_0000.tif", "test_0001.tif"]
         img = tifffile.imread(restored / "test_0000.tif")
-        assert img.dtype == np.float32 and img.shape == (64, 64) and 0 <= img.min() and img.max() <= 1
+        assert img.dtype == np.float32 and img.shape == (64, 64) and img.min() >= 0 and img.max() <= 1
         assert json.loads((restored / "settings.json").read_text())["method"] == method
     with pytest.raises(ValueError, match="'wiener', 'richardson_lucy', 'ring'"):
         deconvolve_dataset(out, calib_json, tmp_path / "bad", method="tikhonov")

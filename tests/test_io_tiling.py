@@ -48,10 +48,9 @@ def test_uint16_scaling_and_minmax(tmp_path):
 
 def test_atomic_write_leaves_nothing_on_failure(tmp_path):
     target = tmp_path / "out.json"
-    with pytest.raises(RuntimeError):
-        with atomic_path(target) as tmp:
-            tmp.write_text("{half")
-            raise RuntimeError("crash")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("{half")
+        raise RuntimeError("crash")
     assert list(tmp_path.iterdir()) == []
     write_json(target, {"a": np.float32(1.5)})
     assert target.read_text().strip().startswith("{")

@@ -37,7 +37,8 @@ def _reference_qkv(layer, x):
     """Q, K̃, Ṽ as (B, h, H·W, d), computed the slow obvious way."""
     q, k, v = layer.qkv(x).chunk(3, dim=1)
     q, k, v = (rearrange(t, "b (h d) y x -> b h (y x) d", h=layer.heads) for t in (q, k, v))
-    ln = lambda t, n: torch.nn.functional.layer_norm(t, t.shape[-1:], eps=n.eps) * n.weight[:, None] + n.bias[:, None]
+    def ln(t, n):
+        return torch.nn.functional.layer_norm(t, t.shape[-1:], eps=n.eps) * n.weight[:, None] + n.bias[:, None]
     return q, ln(k, layer.k_norm), ln(v, layer.v_norm)
 
 
@@ -93,9 +94,11 @@ def test_dg_layer_matches_explicit_assembly(variant):
     )
     x = _x(2, C, 8, 12)
     q, k, v = _reference_qkv(dg, x)  # (B, h, H·W, d)
-    grid = lambda t: rearrange(t, "b h (nh p1 nw p2) d -> b nh nw h p1 p2 d", p1=p, p2=p, nh=2)
+    def grid(t):
+        return rearrange(t, "b h (nh p1 nw p2) d -> b nh nw h p1 p2 d", p1=p, p2=p, nh=2)
     q, k, v = grid(q), grid(k), grid(v)
-    gram = lambda a, b: a.transpose(-1, -2) @ b / a.shape[-2]
+    def gram(a, b):
+        return a.transpose(-1, -2) @ b / a.shape[-2]
     vol = gram(k.flatten(-3, -2), v.flatten(-3, -2))
     if variant == "cell":
         faces = (vol, vol, vol, vol)

@@ -67,3 +67,25 @@ def test_paper_values_cover_every_catalogue_table():
     for key in ("main", "operators", "flux_boundary", "penalty", "element_size_T", "lifting", "defocus_w1", "defocus_w2", "stardist", "nonblind", "synthetic", "dpdd", "realdof", "runtime_memory"):
         assert key in tables and tables[key]["rows"], key
     assert tables["operators"]["rows"]["dgno_cell"]["psnr"] == 37.21
+
+
+def test_tables_average_only_their_own_levels():
+    """A method evaluated on extra levels (unseen defocus planes) keeps its table value and its GG
+    comparison on the table's levels: the demo once showed the 6-level mean in a 3-level table."""
+    from dgno.report.build import gain_verdict
+    from dgno.report.render import metric_table
+
+    rows = [
+        {"dataset": "d", "method": "gg", "level": "a", "psnr": 30.0},
+        {"dataset": "d", "method": "dg", "level": "a", "psnr": 31.0},
+        {"dataset": "d", "method": "dg", "level": "unseen", "psnr": 20.0},
+    ]
+    summaries = pd.DataFrame(rows)
+    cfgs = {"gg": {"model": "gg", "label": "GG"}, "dg": {"model": "dgno-cell", "label": "DG"}}
+    table = metric_table(
+        summaries, datasets=["d"], methods=["gg", "dg"], method_cfgs=cfgs, levels={"d": ["a"]}, metrics=["psnr"], paper_rows=None, include_input=False
+    )
+    assert [cells[0].measured for _, cells in table.rows] == [30.0, 31.0]
+    verdict = gain_verdict(summaries, "d", "dg", "gg", {"dg": "DG", "gg": "GG"}, None, ["a"])
+    assert verdict.startswith("DG vs GG on d: +1.00 dB")
+    assert gain_verdict(summaries, "d", "dg", "gg", {"dg": "DG", "gg": "GG"}, None, ["a", "unseen"]) is None  # GG lacks a level

@@ -95,7 +95,7 @@ def test_last_state_value_and_gradient():
     """h_L is returned as (b, d, N) and gradients flow through it as well as through y."""
     inp = make_inputs(L=45, groups=2)
     assert_backends_agree(inp, atol=1e-10, use_z=True, use_bias=True, softplus=True, last=True)
-    y, last = selective_scan(*(inp[k] for k in "u delta A B C".split()), return_last_state=True, backend="torch")
+    y, last = selective_scan(*(inp[k] for k in ["u", "delta", "A", "B", "C"]), return_last_state=True, backend="torch")
     assert y.shape == (2, 6, 45) and last.shape == (2, 6, 3)
 
 

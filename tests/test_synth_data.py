@@ -41,11 +41,11 @@ def test_generators_are_deterministic_by_seed():
     np.testing.assert_array_equal(la, lb)
     assert not np.array_equal(a, c)
     assert a.dtype == np.float32 and la.dtype == np.uint16 and a.shape == la.shape == (64, 80)
-    assert 0.0 <= a.min() and a.max() <= 1.0
+    assert a.min() >= 0.0 and a.max() <= 1.0
     s1, s2 = synth.render_shapes((64, 80), seed=3), synth.render_shapes((64, 80), seed=3)
     np.testing.assert_array_equal(s1, s2)
     assert not np.array_equal(s1, synth.render_shapes((64, 80), seed=4))
-    assert s1.dtype == np.float32 and 0.0 <= s1.min() and s1.max() <= 1.0
+    assert s1.dtype == np.float32 and s1.min() >= 0.0 and s1.max() <= 1.0
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -190,7 +190,7 @@ def test_shapes_dataset_float32_and_ordered(tmp_path):
     assert manifest["normalise"] == "dtype" and manifest["dtype"] == "float32" and manifest["noise"] is None
     for gt_path in sorted((out / "gt").glob("*.tif")):
         gt = tifffile.imread(gt_path)
-        assert gt.dtype == np.float32 and 0.0 <= gt.min() and gt.max() <= 1.0
+        assert gt.dtype == np.float32 and gt.min() >= 0.0 and gt.max() <= 1.0
         narrow = tifffile.imread(out / "blur" / "narrow" / gt_path.name)
         wide = tifffile.imread(out / "blur" / "wide" / gt_path.name)
         assert narrow.dtype == np.float32 and narrow.shape == gt.shape

@@ -12,7 +12,6 @@ import subprocess
 
 import pandas as pd
 import pytest
-
 from conftest import ROOT, SNAKEMAKE, snakemake
 
 METHOD_LABELS = ["SRNO (GG)", "SRNO+Win (LG)", "DGNO-Face", "DGNO-Cell"]

@@ -9,8 +9,8 @@ bands in some images do not get the weight of large ones.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd

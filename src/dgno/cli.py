@@ -22,7 +22,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     settings = TrainConfig.from_dict({**cfg["train"], "seed": cfg["seed"], "device": cfg["device"]})
     if args.iterations:
         settings.iterations = args.iterations
-    method = cfg["methods"][args.method] if args.method in cfg["methods"] else {"model": args.method}
+    method = cfg["methods"].get(args.method, {"model": args.method})
     levels = args.levels or cfg["datasets"].get(Path(args.data).name, {}).get("train_levels")
     if not levels:
         raise InputError(f"{args.data}: no --levels given and the config has no dataset of that name. Fix: pass --levels z02 z06")
@@ -64,7 +64,7 @@ def _cmd_deblur(args: argparse.Namespace) -> int:
     from dgno.deblur import deblur_files
 
     failures = deblur_files(args.inputs, args.output, checkpoint=args.checkpoint, tile=args.tile, overlap=args.overlap, device=args.device)
-    for path, message in failures:
+    for _path, message in failures:
         print(f"error: {message}", file=sys.stderr)
     if failures:
         print(f"{len(failures)} of {len(args.inputs)} file(s) failed", file=sys.stderr)
@@ -95,7 +95,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     rows = []
     for model in args.models:
         for size in args.sizes:
-            r = fn(model, scale=args.scale, size=size, batch=args.batch, device=args.device, repeats=args.repeats, amp=args.bf16)
+            r = fn(model, scale=args.scale, size=size, batch=args.batch, device=args.device, warmup=args.warmup, repeats=args.repeats, amp=args.bf16)
             rows.append(r)
             rate = r.get("images_per_second") or r.get("iterations_per_second")
             mem = r["peak_memory_mb"]
@@ -161,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", type=int, nargs="+", default=[256])
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1, help="untimed passes first (CUDA kernels, allocator); 0 is fine on CPU for big models")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (CUDA)")
     p.add_argument("--out", help="JSON file for the results (e.g. results/bench/forward_cpu.json)")

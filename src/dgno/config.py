@@ -145,13 +145,16 @@ def _check_references(cfg: dict) -> None:
             for lvl in ds["train_levels"] + ds["test_levels"]:
                 if not (len(lvl) == 3 and lvl[0] == "z" and lvl[1:].isdigit() and 0 <= int(lvl[1:]) <= 33 and lvl != "z16"):
                     raise ConfigError(f"config key datasets.{name}: level {lvl!r} must be a BBBC006 plane z00..z33 other than the in-focus z16")
-            ds["levels"] = {lvl: None for lvl in dict.fromkeys(ds["train_levels"] + ds["test_levels"])}
+            ds["levels"] = dict.fromkeys(dict.fromkeys(ds["train_levels"] + ds["test_levels"]))
+        elif ds["source"] in PAIRED_SOURCES:
+            _check_paired_dataset(cfg, name, ds)
         elif "levels" not in ds:
             raise ConfigError(f"config key datasets.{name}.levels: required for source {ds['source']!r}")
         for which in ("train_levels", "test_levels"):
             for lvl in ds[which]:
                 if lvl not in ds["levels"]:
                     raise ConfigError(f"config key datasets.{name}.{which}: level {lvl!r} is not defined; defined levels: {', '.join(ds['levels'])}")
+    _check_trained_on(datasets)
     nb = cfg["experiments"].get("nonblind")
     if nb and datasets.get(nb["dataset"], {}).get("source") != "seidel":
         raise ConfigError(f"config key experiments.nonblind.dataset: {nb['dataset']!r} must be a dataset with source: seidel")
@@ -168,6 +171,38 @@ def _check_references(cfg: dict) -> None:
         for m in spec["methods"]:
             if m not in methods:
                 raise ConfigError(f"config key experiments.{exp}.methods: method {m!r} is not defined; defined methods: {', '.join(methods)}")
+    cost = cfg.get("evaluate", {}).get("paper_scale_cost")
+    for m in cost if isinstance(cost, list) else []:
+        if m not in methods:
+            raise ConfigError(f"config key evaluate.paper_scale_cost: method {m!r} is not defined; defined methods: {', '.join(methods)}")
+
+
+PAIRED_SOURCES = ("3dhistech", "dpdd", "realdof")  # real (blurred, sharp) pairs: dgno.data.paired_sets
+
+
+def _check_paired_dataset(cfg: dict, name: str, ds: dict) -> None:
+    """A real paired dataset has exactly one level, "real"; its raw folder defaults to <raw_dir>/<source>.
+
+    RealDOF has only test pairs, so it must say which dataset's models evaluate it.
+    """
+    for lvl in ds["train_levels"] + ds["test_levels"]:
+        if lvl != "real":
+            raise ConfigError(f"config key datasets.{name}: level {lvl!r} is not allowed for source {ds['source']!r}; allowed values: real")
+    ds["levels"] = {"real": None}
+    ds.setdefault("path", f"{cfg['downloads']['raw_dir']}/{ds['source']}")
+    if ds["source"] == "realdof" and "trained_on" not in ds:
+        raise ConfigError(f"config key datasets.{name}.trained_on: required for source 'realdof' (it has test pairs only), e.g. trained_on: dpdd")
+
+
+def _check_trained_on(datasets: dict) -> None:
+    """trained_on must name a dataset that trains its own models (no chains, no self-reference)."""
+    for name, ds in datasets.items():
+        other = ds.get("trained_on")
+        if other is None:
+            continue
+        if other == name or other not in datasets or "trained_on" in datasets[other]:
+            allowed = [d for d in datasets if d != name and "trained_on" not in datasets[d]]
+            raise ConfigError(f"config key datasets.{name}.trained_on: {other!r} must name another dataset that trains its own models; allowed values: {', '.join(allowed)}")
 
 
 def load_config(path: str | Path) -> dict:

@@ -8,8 +8,8 @@ file of the same kind. RGB images are restored per channel by a 1-channel model 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from tqdm import tqdm

@@ -12,8 +12,9 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -165,7 +166,7 @@ def write_tiff(path: str | Path, image: np.ndarray) -> None:
         tifffile.imwrite(tmp, image)
 
 
-def write_csv(path: str | Path, frame: "Any") -> None:
+def write_csv(path: str | Path, frame: Any) -> None:
     """Write a pandas DataFrame as CSV atomically."""
     with atomic_path(path) as tmp:
         frame.to_csv(tmp, index=False)

@@ -57,5 +57,5 @@ def collect(device: Any = None) -> dict[str, Any]:
         "versions": versions(),
         "device": device_name(device),
         "host": platform.node(),
-        "time_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "time_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }

@@ -7,6 +7,7 @@ is not counted, as in the papers that report GFLOPs).
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -21,14 +22,26 @@ def count_parameters(model: torch.nn.Module) -> int:
 
 
 @torch.no_grad()
-def count_flops(model: torch.nn.Module, size: int | tuple[int, int], in_channels: int = 1) -> int:
-    """FLOPs of one forward pass on a (1, C, H, W) input (multiply-add = 2 FLOPs)."""
-    h, w = (size, size) if isinstance(size, int) else size
-    x = torch.rand(1, in_channels, h, w)
-    model.eval()
+def _forward_flops(model: torch.nn.Module, x: torch.Tensor) -> int:
     with FlopCounterMode(display=False) as counter:
         model(x)
     return int(counter.get_total_flops())
+
+
+@torch.no_grad()
+def count_flops(model: torch.nn.Module, size: int | tuple[int, int], in_channels: int = 1) -> int:
+    """FLOPs of one forward pass on a (1, C, H, W) input (multiply-add = 2 FLOPs).
+
+    The pass runs on a copy of the model on the ``meta`` device first: FLOPs depend only on shapes,
+    and skipping the arithmetic makes paper-scale counts take seconds instead of minutes. A model
+    whose forward needs real values (a data-dependent branch) falls back to a real CPU pass.
+    """
+    h, w = (size, size) if isinstance(size, int) else size
+    model.eval()
+    try:
+        return _forward_flops(copy.deepcopy(model).to("meta"), torch.empty(1, in_channels, h, w, device="meta"))
+    except (RuntimeError, NotImplementedError):
+        return _forward_flops(model, torch.rand(1, in_channels, h, w))
 
 
 def summarize(name: str, *, scale: str = "paper", size: int = 256, in_channels: int = 1, **overrides: Any) -> dict[str, Any]:

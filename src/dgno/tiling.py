@@ -14,7 +14,7 @@ rounding). Larger receptive fields (global operators) give a close, seamless app
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

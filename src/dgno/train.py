@@ -56,8 +56,8 @@ class TrainConfig:
     bf16: bool = True  # bfloat16 autocast on CUDA (ignored on CPU, where float32 is faster and exact)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
-        known = {f for f in cls.__dataclass_fields__}
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        known = set(cls.__dataclass_fields__)
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown training setting(s) {unknown}; allowed: {sorted(known)}")

@@ -1,6 +1,7 @@
 # Helpers shared by every stage (config validation, target lists, input functions).
 import json
 import re
+from glob import glob
 from pathlib import Path
 
 from dgno.config import load_schema, validate_config
@@ -16,6 +17,12 @@ DATASETS = list(config["datasets"])
 GENERATED = [d for d in DATASETS if config["datasets"][d]["source"].startswith("demo_")]
 SEIDEL = [d for d in DATASETS if config["datasets"][d]["source"] == "seidel"]
 BBBC006 = [d for d in DATASETS if config["datasets"][d]["source"] == "bbbc006"]
+# Real (blurred, sharp) pairs with the authors' split: 3DHistech, DPDD, RealDOF (dgno.data.paired_sets).
+PAIRED = [
+    d
+    for d in DATASETS
+    if config["datasets"][d]["source"] in ("3dhistech", "dpdd", "realdof")
+]
 RAW = config["downloads"]["raw_dir"]
 
 
@@ -43,7 +50,7 @@ def dataset_cfg(wildcards):
 
 def blur_dirs(dataset, levels):
     """Folders of blurred images; a downloaded dataset's levels all come from its prepare job."""
-    if dataset in BBBC006:
+    if dataset in BBBC006 or dataset in PAIRED:
         return [f"results/data/{dataset}/manifest.json"]
     return [f"results/data/{dataset}/blur/{lvl}" for lvl in levels]
 
@@ -63,6 +70,19 @@ def eval_data_inputs(wildcards):
         "gt": f"results/data/{wildcards.dataset}/gt",
         "blur": blur_dirs(wildcards.dataset, [wildcards.level]),
     }
+
+
+def paired_url(wildcards):
+    """Download URL of a real paired dataset ("" for 3DHistech: placed by hand, never downloaded)."""
+    source = config["datasets"][wildcards.dataset]["source"]
+    return config["downloads"].get(f"{source}_url", "")
+
+
+def trained_model(wildcards):
+    """Checkpoint that evaluates `dataset`: its own, or that of its `trained_on` dataset (RealDOF ← DPDD)."""
+    ds = config["datasets"][wildcards.dataset]
+    source = ds.get("trained_on", wildcards.dataset)
+    return f"results/train/{source}/{wildcards.method}/model.pt"
 
 
 def bbbc006_planes(wildcards):
@@ -137,6 +157,14 @@ def method_labels(methods):
     return {m: config["methods"][m].get("label", m) for m in methods}
 
 
+def paper_cost_methods():
+    """Methods whose parameters/FLOPs are also counted at paper scale (`evaluate.paper_scale_cost`)."""
+    choice = config["evaluate"]["paper_scale_cost"]
+    if isinstance(choice, bool):
+        return METHODS if choice else []
+    return [m for m in METHODS if m in choice]
+
+
 def gg_dg_pair(methods):
     """(GG method, best-guess DG method) for the residual figure: the first gg and the first dgno-*."""
     gg = [m for m in methods if config["methods"][m]["model"] == "gg"]
@@ -190,6 +218,9 @@ def report_inputs():
     for name in ("main", "lifting", "defocus"):
         if name in EXPERIMENTS:
             files.append(f"results/tables/{name}.csv")
+    for name in ("dpdd", "realdof"):
+        if name in EXPERIMENTS:
+            files += experiment_summaries(name)
     if "operators" in EXPERIMENTS:
         files.append("results/tables/operators.csv")
     if "synthetic" in EXPERIMENTS:
@@ -198,8 +229,9 @@ def report_inputs():
         files += [
             f"results/tables/edge_band_{ds}.csv",
             f"results/figures/visual_{ds}.png",
-            f"results/figures/training_curves_{ds}.png",
         ]
+        if "trained_on" not in config["datasets"][ds]:  # no training of its own to plot
+            files.append(f"results/figures/training_curves_{ds}.png")
         if gg_dg_pair(experiment_methods(ds)):
             files.append(f"results/figures/error_difference_{ds}.png")
     return files
@@ -218,3 +250,76 @@ def figure_rows(dataset):
     if EXPERIMENTS.get("nonblind", {}).get("dataset") == dataset:
         rows.update({d: DECONV_LABELS[d] for d in DECONVOLUTION})
     return rows
+
+
+# Analyses behind the paper's figures (rules in analysis.smk).
+# Methods of the experiments (ablation grid points are variants of these, with the same cost).
+COST_METHODS = [
+    m
+    for m in METHODS
+    if m not in {r["method"] for runs in ABLATIONS.values() for r in runs}
+]
+# Methods whose decoder has per-scale operator stacks (the rank figure compares GG/LG with DG).
+RANK_MODELS = ("gg", "lg", "dgno-face", "dgno-cell")
+RANK_DATASETS = (
+    [EXPERIMENTS["operators"]["dataset"]] if "operators" in EXPERIMENTS else []
+)
+# Benchmark results written by `dgno bench` / benchmarks/bench_models.py (tracked in the repository).
+BENCH_FILES = sorted(glob("benchmarks/results/*.json"))
+
+
+def rank_methods(dataset):
+    return [
+        m
+        for m in EXPERIMENTS["operators"]["methods"]
+        if config["methods"][m]["model"] in RANK_MODELS
+    ]
+
+
+def rank_level(dataset):
+    return config["analysis"]["rank_level"] or table_levels(dataset)[0]
+
+
+def rank_inputs(wildcards):
+    """Test split and blurred images of the analysed level, and one checkpoint per method (in order)."""
+    ds = wildcards.dataset
+    return {
+        "split": f"results/data/{ds}/split.csv",
+        "gt": f"results/data/{ds}/gt",
+        "blur": blur_dirs(ds, [rank_level(ds)]),
+        "models": [f"results/train/{ds}/{m}/model.pt" for m in rank_methods(ds)],
+    }
+
+
+# Test images whose operator maps are averaged in the interface-energy statistics (the figure shows the first).
+OPERATOR_MAP_IMAGES = 8
+
+
+def operator_map_inputs(wildcards):
+    """The operator-map figure reads what the rank analysis reads: same level, images and checkpoints."""
+    return rank_inputs(wildcards)
+
+
+def main_dataset():
+    return EXPERIMENTS["main"]["datasets"][0] if "main" in EXPERIMENTS else None
+
+
+def analysis_report_inputs():
+    """Files the report's analysis figures need in this configuration."""
+    files = [
+        "results/tables/cost_vs_resolution.csv",
+        "results/figures/cost_vs_resolution.png",
+    ]
+    for ds in RANK_DATASETS:
+        if rank_methods(ds):
+            files += [
+                f"results/tables/effective_rank_{ds}.csv",
+                f"results/figures/effective_rank_{ds}.png",
+                f"results/tables/operator_maps_{ds}.csv",
+                f"results/figures/operators_{ds}.png",
+            ]
+    if main_dataset():
+        files.append("results/figures/psnr_vs_params.png")
+    if BENCH_FILES:
+        files.append("results/figures/runtime_memory.png")
+    return files

@@ -75,3 +75,41 @@ rule bbbc006_prepare:
         raw=f"{RAW}/bbbc006",
     script:
         "../scripts/bbbc006_prepare.py"
+
+
+rule paired_source:
+    output:
+        "results/sources/{dataset}.json",
+    log:
+        "results/logs/download/{dataset}.log",
+    wildcard_constraints:
+        dataset=one_of(PAIRED),
+    conda:
+        "../../envs/dgno.yaml"
+    params:
+        dataset=dataset_cfg,
+        url=paired_url,
+        retries=config["downloads"]["retries"],
+    script:
+        "../scripts/paired_source.py"
+
+
+rule paired_prepare:
+    input:
+        "results/sources/{dataset}.json",
+    output:
+        split="results/data/{dataset}/split.csv",
+        gt=directory("results/data/{dataset}/gt"),
+        manifest="results/data/{dataset}/manifest.json",
+    log:
+        "results/logs/data/{dataset}.log",
+    benchmark:
+        "results/benchmarks/paired_prepare/{dataset}.tsv"
+    wildcard_constraints:
+        dataset=one_of(PAIRED),
+    conda:
+        "../../envs/dgno.yaml"
+    params:
+        dataset=dataset_cfg,
+    script:
+        "../scripts/paired_prepare.py"

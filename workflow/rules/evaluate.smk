@@ -4,7 +4,7 @@
 rule evaluate:
     input:
         unpack(eval_data_inputs),
-        model="results/train/{dataset}/{method}/model.pt",
+        model=trained_model,
     output:
         summary="results/eval/{dataset}/{method}/{level}/summary.json",
         per_image="results/eval/{dataset}/{method}/{level}/per_image.csv",

@@ -242,11 +242,8 @@ rule model_summary:
         "../../envs/dgno.yaml"
     params:
         methods={m: config["methods"][m] for m in METHODS},
-        scales=sorted(
-            {config["scale"], "paper"}
-            if config["evaluate"]["paper_scale_cost"]
-            else {config["scale"]}
-        ),
+        scale=config["scale"],
+        paper_methods=paper_cost_methods(),
         size=256,
     script:
         "../scripts/model_summary.py"
@@ -254,7 +251,7 @@ rule model_summary:
 
 rule report:
     input:
-        report_inputs(),
+        report_inputs() + analysis_report_inputs(),
     output:
         "report/index.html",
     log:

@@ -16,7 +16,8 @@ from dgno.summary import summarize  # noqa: E402
 
 rows = []
 for method, spec in sm.params.methods.items():
-    for scale in sm.params.scales:
+    scales = [sm.params.scale] + (["paper"] if method in sm.params.paper_methods and sm.params.scale != "paper" else [])
+    for scale in scales:
         s = summarize(spec["model"], scale=scale, size=sm.params.size, **spec.get("overrides", {}))
         rows.append({"method": method, "model": spec["model"], "scale": scale, **s})
         print(rows[-1], flush=True)

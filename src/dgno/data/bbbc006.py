@@ -30,8 +30,9 @@ import hashlib
 import os
 import re
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Literal
 
 import numpy as np
 import tifffile
@@ -269,7 +270,7 @@ def pair_planes(
     means a damaged or partial unpack, which is reported rather than silently shrinking the dataset.
     """
     root = Path(root)
-    blur_planes = sorted(set(int(z) for z in blur_planes))
+    blur_planes = sorted({int(z) for z in blur_planes})
     if not blur_planes:
         raise ValueError("blur_planes is empty: give at least one defocused plane, e.g. (2, 6, 10)")
     if gt_plane in blur_planes:
@@ -364,9 +365,9 @@ def split_by_well(wells: Iterable[str], *, test_fraction: float = 0.2, seed: int
     if n_test + n_val >= n:
         raise ValueError(f"{n} well(s) cannot give {n_test} test + {n_val} validation wells and still leave a training well")
     order = sorted(unique, key=lambda w: _well_rank(seed, w))
-    out = {w: "train" for w in unique}
-    out.update({w: "test" for w in order[:n_test]})
-    out.update({w: "val" for w in order[n_test : n_test + n_val]})
+    out = dict.fromkeys(unique, "train")
+    out.update(dict.fromkeys(order[:n_test], "test"))
+    out.update(dict.fromkeys(order[n_test:n_test + n_val], "val"))
     return out
 
 

@@ -9,8 +9,8 @@ enough to run before every job. If `root` is an already prepared dataset (it has
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from dgno.data import bbbc006
 from dgno.data.download import part_path
@@ -19,12 +19,13 @@ from dgno.data.paired import read_split
 from dgno.io import InputError, read_json
 
 NAMES = ("bbbc006", "3dhistech", "dpdd", "realdof", "demo")
-# Where the data go when no --root is given (relative to the repository root, where Snakemake runs).
+# Where the data go when no --root is given (relative to the repository root, where Snakemake runs):
+# the workflow's default downloads.raw_dir, so the check looks where the rules read and write.
 DEFAULT_ROOTS = {
-    "bbbc006": "data/raw/bbbc006",
-    "3dhistech": "data/raw/3dhistech",
-    "dpdd": "data/raw/dpdd",
-    "realdof": "data/raw/realdof",
+    "bbbc006": "resources/bbbc006",
+    "3dhistech": "resources/3dhistech",
+    "dpdd": "resources/dpdd",
+    "realdof": "resources/realdof",
     "demo": "results/data",
 }
 
@@ -64,7 +65,7 @@ def _plane_role(z: int) -> str:
 
 
 def _count_channels(folder: Path) -> dict[str, int]:
-    counts = {ch: 0 for ch in bbbc006.CHANNELS}
+    counts = dict.fromkeys(bbbc006.CHANNELS, 0)
     for path in folder.rglob("*"):
         m = bbbc006.IMAGE_NAME_RE.match(path.name)
         if m is not None:
@@ -97,7 +98,7 @@ def check_bbbc006(
     `per_channel` / `n_labels` are the expected counts (768 each in the real data; smaller in tests).
     """
     root = Path(root)
-    planes = sorted(set(int(z) for z in planes))
+    planes = sorted({int(z) for z in planes})
     report = Report(name="bbbc006", root=root)
     todo: list[tuple[int | None, str, str, Path]] = []  # (plane or None for labels, archive, url, unpack folder)
     for z in planes:

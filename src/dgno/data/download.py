@@ -30,8 +30,8 @@ import urllib.error
 import urllib.request
 import zipfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Callable
 
 from tqdm import tqdm
 

@@ -24,7 +24,7 @@ A blurred image and its sharp counterpart share the file name (stem); folder ali
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dgno.data.download import DownloadError, fetch_zip, part_path, unpack_zip
@@ -283,6 +283,7 @@ def download_or_instructions(
     backoff: float = 1.0,
     timeout: float = 60,
     progress: bool = True,
+    check_size: bool = True,
 ) -> Report:
     """Make `name` present under `root` if possible and report on it.
 
@@ -291,8 +292,9 @@ def download_or_instructions(
     ``root/archive/<name>.zip`` and unpacked into ``root/extracted``. A failed download is not an
     exception here: the returned report carries the error and the manual-placement steps (for a
     dataset such as 3DHistech, pass the private URL the authors gave you, or place it by hand).
+    `check_size=False` skips the paper's image-size check (resized copies, miniature test data).
     """
-    layout = _layout(name)
+    layout = _layout(name) if check_size else replace(_layout(name), shape=None)
     root = Path(root)
     report = check_paired(layout, root, counts=counts)
     url = layout.url if url is None else url

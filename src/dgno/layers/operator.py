@@ -19,6 +19,7 @@ neighbours' volume operators (Eq. 18).
 
 from __future__ import annotations
 
+from functools import reduce
 from typing import Literal, get_args
 
 import torch
@@ -115,14 +116,52 @@ class _GalerkinLayer(nn.Module):
         q, k, v = (rearrange(t, pattern, h=self.heads, p1=p1, p2=p2).contiguous() for t in (q, k, v))
         return q, k, v
 
-    def _apply_operator(self, x: Tensor, q: Tensor, op: Tensor) -> Tensor:
-        """out = z + MLP(z),  z = x + Q K_e;  q (B, nH, nW, h, d, p1, p2), op (B, nH, nW, h, d, d)."""
+    def _query_times(self, q: Tensor, op: Tensor) -> Tensor:
+        """Q K_e as a channel-first map (B, h·d, nH·p1, nW·p2);  q (B, nH, nW, h, d, p1, p2), op (B, nH, nW, h, d, d)."""
         b, nh, nw, h, d, p1, p2 = q.shape
         # z_j(y) = Σ_ℓ q_ℓ(y) K[ℓ, j], i.e. z = Kᵀ q with the samples last
         z = torch.bmm(op.reshape(-1, d, d).transpose(1, 2), q.reshape(-1, d, p1 * p2))  # (N, d, p1·p2)
         z = _ContiguousGrad.apply(z).view(b, nh, nw, h, d, p1, p2)
-        z = x + rearrange(z, "b nh nw h d p1 p2 -> b (h d) (nh p1) (nw p2)")
+        return rearrange(z, "b nh nw h d p1 p2 -> b (h d) (nh p1) (nw p2)")
+
+    def _apply_operator(self, x: Tensor, q: Tensor, op: Tensor) -> Tensor:
+        """out = z + MLP(z),  z = x + Q K_e;  q (B, nH, nW, h, d, p1, p2), op (B, nH, nW, h, d, d)."""
+        z = x + self._query_times(q, op)
         return z + self.mlp(z)
+
+    # Subclasses say how the input is padded and which coefficient matrices make up K_e;
+    # ``forward`` and ``operator_terms`` share that one code path, so the terms an analysis
+    # reads are exactly the ones the layer applies.
+    def _pad(self, x: Tensor) -> Tensor:
+        return x
+
+    def _operator_parts(self, xp: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """Q on the element grid and the named parts of K_e (summed in insertion order)."""
+        raise NotImplementedError
+
+    def forward(self, x: Tensor) -> Tensor:
+        h, w = x.shape[-2:]
+        xp = self._pad(x)
+        q, parts = self._operator_parts(xp)
+        return self._apply_operator(xp, q, reduce(torch.add, parts.values()))[..., :h, :w]
+
+    def operator_terms(self, x: Tensor) -> dict[str, Tensor]:
+        """The update split into its per-pixel terms, each (B, C, H, W) cropped like the output.
+
+        "q": the queries Q, i.e. the input-dependent ("dynamic") basis functions;
+        one entry per part of K_e applied to them — "volume" = Q K^vol (Q(K̃ᵀṼ) over the
+        element, the whole image for GG) and, for DG, "flux" = Q Σ_f K^flux_{e,f};
+        "output": the layer's output, identical to ``forward(x)``.
+        Pure (no state is stored, nothing is registered), so analyses can call it on any
+        input without changing the network; Σ of the part terms = z − x up to rounding.
+        """
+        h, w = x.shape[-2:]
+        xp = self._pad(x)
+        q, parts = self._operator_parts(xp)
+        terms = {"q": rearrange(q, "b nh nw h d p1 p2 -> b (h d) (nh p1) (nw p2)")}
+        terms.update({name: self._query_times(q, op) for name, op in parts.items()})
+        terms["output"] = self._apply_operator(xp, q, reduce(torch.add, parts.values()))
+        return {name: t[..., :h, :w] for name, t in terms.items()}
 
 
 class GlobalGalerkinLayer(_GalerkinLayer):
@@ -135,11 +174,10 @@ class GlobalGalerkinLayer(_GalerkinLayer):
     def __init__(self, *, dim: int, heads: int) -> None:
         super().__init__(dim=dim, heads=heads)
 
-    def forward(self, x: Tensor) -> Tensor:
-        h, w = x.shape[-2:]
-        q, k, v = self._elements(x, h, w)  # (B, 1, 1, h, d, H, W)
-        op = galerkin_operator(k.flatten(-2), v.flatten(-2))  # (B, 1, 1, h, d, d)
-        return self._apply_operator(x, q, op)
+    def _operator_parts(self, xp: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        h, w = xp.shape[-2:]
+        q, k, v = self._elements(xp, h, w)  # (B, 1, 1, h, d, H, W)
+        return q, {"volume": galerkin_operator(k.flatten(-2), v.flatten(-2))}  # (B, 1, 1, h, d, d)
 
 
 class LocalGalerkinLayer(_GalerkinLayer):
@@ -154,13 +192,13 @@ class LocalGalerkinLayer(_GalerkinLayer):
         super().__init__(dim=dim, heads=heads)
         self.element_size = element_size
 
-    def forward(self, x: Tensor) -> Tensor:
-        h, w = x.shape[-2:]
+    def _pad(self, x: Tensor) -> Tensor:
+        return pad_to_multiple(x, self.element_size)  # (B, C, Hp, Wp)
+
+    def _operator_parts(self, xp: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         p = self.element_size
-        xp = pad_to_multiple(x, p)  # (B, C, Hp, Wp)
         q, k, v = self._elements(xp, p, p)
-        op = galerkin_operator(k.flatten(-2), v.flatten(-2))  # (B, nH, nW, h, d, d)
-        return self._apply_operator(xp, q, op)[..., :h, :w]
+        return q, {"volume": galerkin_operator(k.flatten(-2), v.flatten(-2))}  # (B, nH, nW, h, d, d)
 
 
 class DGOperatorLayer(_GalerkinLayer):
@@ -218,13 +256,14 @@ class DGOperatorLayer(_GalerkinLayer):
         flux = interface_fluxes(top, bottom, left, right, flux=self.flux, boundary=self.boundary, tau=self.tau)
         return vol, flux
 
-    def forward(self, x: Tensor) -> Tensor:
-        h, w = x.shape[-2:]
+    def _pad(self, x: Tensor) -> Tensor:
+        return pad_to_multiple(x, self.element_size)  # (B, C, Hp, Wp)
+
+    def _operator_parts(self, xp: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         p = self.element_size
-        xp = pad_to_multiple(x, p)  # (B, C, Hp, Wp)
         q, k, v = self._elements(xp, p, p)  # (B, nH, nW, h, d, p, p)
         vol, flux = self.element_operators(k, v)
-        return self._apply_operator(xp, q, vol + flux)[..., :h, :w]
+        return q, {"volume": vol, "flux": flux}  # K_e = vol + flux
 
     def extra_repr(self) -> str:
         return f"variant={self.variant!r}, flux={self.flux!r}, boundary={self.boundary!r}, p={self.element_size}"

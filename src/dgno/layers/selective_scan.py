@@ -422,7 +422,7 @@ class _Tokens:
             dt.view(plan.b, plan.d, -1)[..., plan.L - c0 * T :] = 0
         sig = dt.cumsum(-1)
         rho = sig - sig[..., m : m + 1]  # σ_t − σ_m
-        if check and T > 1:
+        if check and T > 1 and not dt.is_meta:  # meta tensors (FLOP counting) have no values to check
             # σ is monotone when Δ = softplus(·) ≥ 0: the extremes are at the chunk's ends
             span = (
                 torch.maximum(-rho[..., 0], rho[..., -1]).amax((0, 2)) if plan.softplus else rho.abs().amax((0, 2, 3))

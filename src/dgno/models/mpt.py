@@ -82,9 +82,11 @@ class ChannelAttention(nn.Module):
         _, _, h, w = x.shape
         k, v = self.kv(x).chunk(2, dim=1)
         q, k, v = (rearrange(t, "b (g d) h w -> b g d (h w)", g=self.heads) for t in (self.q(x), k, v))
-        # softmax(τ q̂·k̂ᵀ) v as one fused kernel (τ folded into the d query rows)
-        q = F.normalize(q, dim=-1) * self.temperature
-        out = F.scaled_dot_product_attention(q, F.normalize(k, dim=-1), v, scale=1.0)  # (B, g, d, HW)
+        # softmax(τ q̂·k̂ᵀ) v written out: the "head dimension" here is H·W (tens of thousands), which
+        # the fused CUDA attention kernels do not cover (they fail with "no kernel found"), while the
+        # d×d attention matrix itself is tiny.
+        attn = (F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)) * self.temperature  # (B, g, d, d)
+        out = attn.softmax(dim=-1) @ v  # (B, g, d, HW)
         return self.proj(rearrange(out, "b g d (h w) -> b (g d) h w", h=h, w=w))
 
 
@@ -164,7 +166,13 @@ class CrossScaleWindowAttention(nn.Module):
             bias = bias + self.shift_mask(hp // f, wp // f, x.device)[:, None]
         # softmax(τ q̂·k̂ᵀ + bias) v as one fused kernel (τ folded into the queries); cosine logits
         q = F.normalize(q, dim=-1) * self.temperature
-        out = F.scaled_dot_product_attention(q, F.normalize(k, dim=-1), v, attn_mask=bias, scale=1.0)
+        # The fused kernels take 4-D (batch, heads, L, d) operands and a mask of the query's dtype,
+        # so fold the window axis into the batch and materialise the mask per window.
+        b, n_win = q.shape[:2]
+        mask = bias.expand(b, n_win, *bias.shape[-3:]).reshape(b * n_win, *bias.shape[-3:]).to(q.dtype)
+        out = F.scaled_dot_product_attention(
+            q.flatten(0, 1), F.normalize(k, dim=-1).flatten(0, 1), v.flatten(0, 1), attn_mask=mask, scale=1.0
+        ).unflatten(0, (b, n_win))
         out = rearrange(
             out, "b (nh nw) g (p1 p2) d -> b (g d) (nh p1) (nw p2)", nh=hp // (f * w), p1=f * w, p2=f * w
         )

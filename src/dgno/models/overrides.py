@@ -6,7 +6,8 @@ constructor's (``num_layers``, ``tau`` + ``learn_tau``). This is the one place t
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 RENAMES = {"T": "num_layers"}
 

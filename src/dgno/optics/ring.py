@@ -43,8 +43,9 @@ the extra memory by the chunk.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Literal, get_args
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F

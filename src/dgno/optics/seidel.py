@@ -30,8 +30,8 @@ holds PSF spectra as buffers lives in ``ring.RingBlur``, and :class:`SeidelGener
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -59,7 +59,7 @@ class SeidelCoefficients:
         return {k: float(v) for k, v in asdict(self).items()}
 
     @classmethod
-    def from_tensor(cls, t: Tensor | Sequence[float]) -> "SeidelCoefficients":
+    def from_tensor(cls, t: Tensor | Sequence[float]) -> SeidelCoefficients:
         """Inverse of :meth:`as_tensor`; `t` has shape (6,)."""
         values = [float(v) for v in (t.detach().cpu().tolist() if isinstance(t, Tensor) else t)]
         if len(values) != len(SEIDEL_NAMES):
@@ -67,14 +67,14 @@ class SeidelCoefficients:
         return cls(*values)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, float]) -> "SeidelCoefficients":
+    def from_dict(cls, d: Mapping[str, float]) -> SeidelCoefficients:
         """Build from a mapping; unknown keys raise so a typo ("W13") cannot silently become zero."""
         unknown = set(d) - set(SEIDEL_NAMES)
         if unknown:
             raise ValueError(f"unknown Seidel coefficient(s) {sorted(unknown)}; allowed: {', '.join(SEIDEL_NAMES)}")
         return cls(**{k: float(v) for k, v in d.items()})
 
-    def canonical(self) -> "SeidelCoefficients":
+    def canonical(self) -> SeidelCoefficients:
         """The same PSFs with the even terms' sign chosen so the largest-magnitude even term is ≥ 0.
 
         P(−W_even, W_odd) gives exactly the PSF of P(W_even, W_odd) (conjugation mirrors the PSF through the

@@ -6,8 +6,9 @@ readable at laptop width.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import matplotlib
 
@@ -148,4 +149,203 @@ def error_difference(
         ax.set_xticks([])
         ax.set_yticks([])
     fig.suptitle(title, fontsize=9)
+    save_figure(fig, out_png)
+
+
+def effective_rank_bars(frame: pd.DataFrame, out_png: str | Path, *, title: str) -> None:
+    """The paper's rank figure: (a) effective rank, (b) utilisation erank/d per (scale, t), one bar per method.
+
+    frame columns: label, scale, t, channels, erank, erank_std, utilization (one row per method × scale × t).
+    """
+    frame = frame.sort_values(["scale", "t"])
+    keys = list(dict.fromkeys(zip(frame["scale"], frame["t"], frame["channels"])))
+    labels = list(dict.fromkeys(frame["label"]))
+    x = np.arange(len(keys))
+    width = 0.8 / max(len(labels), 1)
+    palette = sns.color_palette("colorblind", len(labels))
+    fig, (ax_r, ax_u) = plt.subplots(1, 2, figsize=(10, 3.4))
+    for i, label in enumerate(labels):
+        sub = frame[frame["label"] == label].set_index(["scale", "t", "channels"]).reindex(keys)
+        offset = (i - (len(labels) - 1) / 2) * width
+        ax_r.bar(x + offset, sub["erank"], width, yerr=sub["erank_std"], color=palette[i], label=label, error_kw={"lw": 0.6})
+        ax_u.bar(x + offset, sub["utilization"], width, color=palette[i], label=label)
+    ticks = [f"{s} · t={t}\n(d={c})" for s, t, c in keys]
+    ax_r.set(ylabel="effective rank r_eff", title="(a) effective rank of z")
+    ax_u.set(ylabel="r_eff / d", title="(b) utilisation r_eff / d", ylim=(0, 1))
+    for ax in (ax_r, ax_u):
+        ax.set_xticks(x, ticks, fontsize=7)
+    ax_u.legend(fontsize=7, frameon=False)
+    sns.despine(fig)
+    fig.suptitle(title, fontsize=9)
+    save_figure(fig, out_png)
+
+
+def cost_vs_resolution(frame: pd.DataFrame, out_png: str | Path, *, title: str) -> None:
+    """Fig. 1 (right): multiply-accumulates of one forward pass against image side, one line per method (log-log).
+
+    frame columns: label, size, gmacs, params_m.
+    """
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    labels = list(dict.fromkeys(frame["label"]))
+    palette = sns.color_palette("colorblind", len(labels))
+    markers = "osD^v<>ph*Xd8P"
+    for i, label in enumerate(labels):
+        sub = frame[frame["label"] == label].sort_values("size")
+        ax.plot(sub["size"], sub["gmacs"], marker=markers[i % len(markers)], ms=4, lw=1, color=palette[i % len(palette)], label=f"{label} ({sub['params_m'].iloc[0]:.2f} M)")
+    sizes = sorted(frame["size"].unique())
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(sizes, [f"{s}²" for s in sizes])
+    ax.set(xlabel="image size (pixels, 1 channel)", ylabel="GMACs per forward pass", title=title)
+    ax.legend(fontsize=6, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    sns.despine(fig)
+    save_figure(fig, out_png)
+
+
+def psnr_vs_params(measured: pd.DataFrame, paper: pd.DataFrame, out_png: str | Path, *, title: str) -> None:
+    """Fig. 1 (left): PSNR against parameters; measured runs as filled circles, paper values as hollow diamonds.
+
+    measured / paper columns: label, params_m, psnr. The two sets are never mixed: a paper point is
+    drawn only where the paper (or the method's original paper) prints both numbers.
+    """
+    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    if not measured.empty:
+        ax.scatter(measured["params_m"], measured["psnr"], s=28, color=sns.color_palette("colorblind")[0], label="measured (this run)", zorder=3)
+        for _, r in measured.iterrows():
+            ax.annotate(r["label"], (r["params_m"], r["psnr"]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    if not paper.empty:
+        ax.scatter(paper["params_m"], paper["psnr"], s=34, marker="D", facecolors="none", edgecolors="black", label="paper (reported)", zorder=3)
+        for _, r in paper.iterrows():
+            ax.annotate(r["label"], (r["params_m"], r["psnr"]), fontsize=6, color="0.35", xytext=(3, -8), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set(xlabel="parameters (M, log scale)", ylabel="PSNR (dB)", title=title)
+    ax.legend(fontsize=7, frameon=False, loc="lower right")
+    sns.despine(fig)
+    save_figure(fig, out_png)
+
+
+def runtime_memory(frame: pd.DataFrame, out_png: str | Path, *, title: str) -> None:
+    """Throughput and peak memory against image size, one row of panels per device, one line per model.
+
+    A device measured at a single size gets bars per model instead of lines (a line needs two sizes).
+    frame columns: device, model, size, images_per_second, peak_memory_mb.
+    """
+    devices = list(dict.fromkeys(frame["device"]))
+    fig, axes = plt.subplots(len(devices), 2, figsize=(10, 3.4 * len(devices)), squeeze=False, layout="constrained")
+    for row, device in zip(axes, devices):
+        sub = frame[frame["device"] == device]
+        sizes = sorted(sub["size"].unique())
+        models = list(dict.fromkeys(sub["model"]))
+        palette = sns.color_palette("husl", len(models)) if len(models) > 10 else sns.color_palette("colorblind", len(models))
+        if len(sizes) == 1:
+            x = np.arange(len(models))
+            g = sub.set_index("model").reindex(models)
+            row[0].bar(x, g["images_per_second"], color=palette)
+            row[1].bar(x, g["peak_memory_mb"], color=palette)
+            for ax in row:
+                ax.set_xticks(x, models, rotation=40, ha="right", fontsize=7)
+            xlabel = f"model ({sizes[0]}×{sizes[0]} px)"
+        else:
+            for i, model in enumerate(models):
+                g = sub[sub["model"] == model].sort_values("size")
+                row[0].plot(g["size"], g["images_per_second"], marker="o", ms=3, lw=1, color=palette[i], label=model)
+                row[1].plot(g["size"], g["peak_memory_mb"], marker="o", ms=3, lw=1, color=palette[i], label=model)
+            for ax in row:
+                ax.set_xticks(sizes, [str(n) for n in sizes])
+            row[1].legend(fontsize=7, frameon=False)
+            xlabel = "image size (pixels per side)"
+        row[0].set(xlabel=xlabel, ylabel="images / s", yscale="log", title=f"throughput — {device}")
+        row[1].set(xlabel=xlabel, ylabel="peak memory (MB)", title=f"peak memory — {device}")
+    sns.despine(fig)
+    fig.suptitle(title, fontsize=9)
+    save_figure(fig, out_png)
+
+
+_LABEL_BOX = {"facecolor": "white", "alpha": 0.7, "lw": 0, "pad": 1}  # panel labels readable on any colour map
+
+
+def _display_box(views: Sequence, max_side: int) -> tuple[int, int, int, int]:
+    """(y0, x0, h, w) in image pixels of the part of the image shown by ``operator_maps``.
+
+    Whole image when it fits in ``max_side``; otherwise a centred window whose corner sits on the
+    coarsest element grid present, so the drawn grid lines are the real element borders and the
+    8×8 elements stay visible instead of blurring into a hatch on a 700 px field.
+    """
+    h, w = views[0].blurred.shape
+    align = 1
+    for v in views:
+        if v.element_size is not None:
+            align = math.lcm(align, v.element_size * v.stride)
+    side_h, side_w = min(h, max_side), min(w, max_side)
+    y0 = max(0, (h - side_h) // 2) // align * align
+    x0 = max(0, (w - side_w) // 2) // align * align
+    return y0, x0, side_h, side_w
+
+
+def operator_maps(views: Sequence, out_png: str | Path, *, title: str, max_side: int = 128) -> None:
+    """The paper's qualitative operator figure: one row per (method, t), columns
+
+    blurred | k channels of Q (dynamic basis) | ‖Q(KᵀV)‖ | ‖flux‖ with the element grid | restored.
+
+    views: objects with the attributes of ``dgno.analysis.operators.OperatorView`` (label, t, stride,
+    element_size, blurred, restored, basis (k, h, w), basis_channels, latent, flux or None, stats).
+    Each map is scaled to its own 99.5th percentile (Q symmetric about 0), since basis channels and
+    terms of different methods have unrelated magnitudes; the flux panel states its interface-energy ratio.
+    """
+    if not views:
+        raise ValueError("operator_maps needs at least one view")
+    k = max(v.basis.shape[0] for v in views)
+    ncols = k + 4
+    y0, x0, bh, bw = _display_box(views, max_side)
+    fig, axes = plt.subplots(len(views), ncols, figsize=(1.55 * ncols, 1.65 * len(views) + 0.4), squeeze=False)
+
+    def crop(a: np.ndarray, stride: int = 1) -> np.ndarray:
+        s = stride
+        return a[..., y0 // s : (y0 + bh + s - 1) // s, x0 // s : (x0 + bw + s - 1) // s]
+
+    def hi(a: np.ndarray) -> float:
+        return float(np.percentile(np.abs(a), 99.5)) or 1e-6
+
+    for r, v in enumerate(views):
+        row = axes[r]
+        row[0].imshow(crop(v.blurred), cmap="gray", vmin=0, vmax=1)
+        for c in range(k):
+            ax = row[1 + c]
+            if c < v.basis.shape[0]:
+                b = crop(v.basis[c], v.stride)
+                lim = hi(b)
+                ax.imshow(b, cmap="RdBu_r", vmin=-lim, vmax=lim)
+                ax.text(0.03, 0.97, f"ch {v.basis_channels[c]}", transform=ax.transAxes, fontsize=6, va="top", bbox=_LABEL_BOX)
+        lat = crop(v.latent, v.stride)
+        row[k + 1].imshow(lat, cmap="magma", vmin=0, vmax=hi(lat))
+        ax_flux = row[k + 2]
+        if v.flux is None:
+            why = "no flux\n(one global element)" if v.element_size is None else "no flux\n(independent windows)"
+            ax_flux.text(0.5, 0.5, why, ha="center", va="center", fontsize=7, transform=ax_flux.transAxes)
+            ax_flux.set_frame_on(False)
+        else:
+            fl = crop(v.flux, v.stride)
+            ax_flux.imshow(fl, cmap="magma", vmin=0, vmax=hi(fl))
+            ratio = v.stats.get("flux_interface_ratio", float("nan"))
+            if np.isfinite(ratio):
+                ax_flux.text(0.03, 0.97, f"iface ×{ratio:.2f}", transform=ax_flux.transAxes, fontsize=6, va="top", bbox=_LABEL_BOX)
+        if v.element_size is not None:
+            p = v.element_size
+            oy, ox = (y0 // v.stride) % p, (x0 // v.stride) % p
+            fh, fw = lat.shape
+            for ax in (ax_flux,) if v.flux is not None else (row[k + 1],):  # LG: its window borders
+                for yy in range(p - oy, fh, p):
+                    ax.axhline(yy - 0.5, color="cyan", lw=0.35, alpha=0.6)
+                for xx in range(p - ox, fw, p):
+                    ax.axvline(xx - 0.5, color="cyan", lw=0.35, alpha=0.6)
+        row[k + 3].imshow(crop(v.restored), cmap="gray", vmin=0, vmax=1)
+        row[0].set_ylabel(f"{v.label}\n{v.scale} · t={v.t}", fontsize=7)
+        for ax in row:
+            ax.set_xticks([])
+            ax.set_yticks([])
+    heads = ["(a) blurred"] + [f"(b) Q basis {c + 1}" for c in range(k)] + ["(c) ‖Q(KᵀV)‖", "(d) ‖flux‖ + elements", "(e) restored"]
+    for ax, head in zip(axes[0], heads):
+        ax.set_title(head, fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
     save_figure(fig, out_png)

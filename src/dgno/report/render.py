@@ -124,7 +124,8 @@ def metric_table(
         cfg = method_cfgs.get(method, {"model": "blur", "label": "Blurred input"})
         cells = []
         for ds, metric in table.columns:
-            sub = summaries[(summaries["dataset"] == ds) & (summaries["method"] == method)]
+            # only this table's levels: a method may also be evaluated on others (e.g. unseen defocus levels)
+            sub = summaries[(summaries["dataset"] == ds) & (summaries["method"] == method) & summaries["level"].isin(levels[ds])]
             missing = [lvl for lvl in levels[ds] if lvl not in set(sub["level"])]
             measured = None
             command = None

@@ -7,8 +7,9 @@ report pivots them for display. Paper numbers come from ``paper_values.yaml`` an
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 import yaml

@@ -1,0 +1,1 @@
+"""Post-hoc analyses of trained networks (latent effective rank) and of model cost."""

@@ -1,0 +1,94 @@
+"""Cost vs resolution, PSNR-vs-parameters points, benchmark-file reading and the rank table from a checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from dgno.analysis.cost import cost_table, measured_psnr_params, paper_psnr_params, published_params
+from dgno.analysis.rank import dataset_rank_table
+from dgno.analysis.runtime import load_bench_results
+from dgno.io import write_tiff
+from dgno.models.registry import build_model
+
+
+def test_cost_table_counts_every_method_and_size():
+    frame = cost_table({"gg": {"model": "gg"}, "cell": {"model": "dgno-cell", "overrides": {"flux": "jump"}}}, sizes=[32, 64], scale="smoke")
+    assert list(frame["method"]) == ["gg", "gg", "cell", "cell"]
+    assert list(frame["size"]) == [32, 64, 32, 64]
+    gg = frame[frame["method"] == "gg"]
+    assert gg["params"].nunique() == 1  # parameters do not depend on the input size
+    assert gg["gmacs"].iloc[1] > 3.5 * gg["gmacs"].iloc[0]  # ~4× pixels → ~4× MACs
+    assert np.allclose(frame["gmacs"], frame["gflops"] / 2)
+    with pytest.raises(ValueError, match="size"):
+        cost_table({"gg": {"model": "gg"}}, sizes=[], scale="smoke")
+
+
+def test_published_params_name_their_source_and_never_guess():
+    dg = published_params("dgno_cell")
+    assert dg["params_m"] == 12.79 and "DGNO paper" in dg["source"]
+    restormer = published_params("restormer")
+    assert restormer["params_m"] == 26.13 and "Restormer" in restormer["source"]
+    assert published_params("gkmnet") is None  # not confirmed from its paper → left out
+    paper = paper_psnr_params({"Restormer": "restormer", "GKMNet": "gkmnet", "DGNO-Cell": "dgno_cell"}, paper_column="bbbc006_w1")
+    assert list(paper["label"]) == ["Restormer", "DGNO-Cell"]
+    assert paper.set_index("label").loc["Restormer", "psnr"] == 35.35
+    assert paper_psnr_params({"Restormer": "restormer"}, paper_column=None).empty
+
+
+def test_measured_points_need_every_level_and_a_count():
+    summaries = pd.DataFrame(
+        [
+            {"dataset": "d", "method": "a", "level": "z1", "psnr": 30.0},
+            {"dataset": "d", "method": "a", "level": "z2", "psnr": 32.0},
+            {"dataset": "d", "method": "b", "level": "z1", "psnr": 29.0},  # z2 missing
+        ]
+    )
+    sizes = pd.DataFrame([{"method": "a", "scale": "demo", "params_m": 0.5}, {"method": "a", "scale": "paper", "params_m": 9.0}, {"method": "b", "scale": "demo", "params_m": 0.2}])
+    out = measured_psnr_params(summaries, sizes, dataset="d", levels=["z1", "z2"], scale="demo", labels={"a": "A", "b": "B"})
+    assert out.to_dict("records") == [{"label": "A", "method": "a", "params_m": 0.5, "psnr": 31.0, "source": "this run, demo scale"}]
+
+
+def test_bench_files_of_both_layouts_are_read_with_device(tmp_path):
+    prov = {"device": "cuda: Test GPU"}
+    (tmp_path / "fwd.json").write_text(
+        json.dumps({"results": [{"kind": "forward", "model": "dgno-cell", "scale": "paper", "size": 128, "batch": 1, "images_per_second": 10.0, "peak_memory_mb": 100.0, "provenance": prov}]})
+    )
+    (tmp_path / "train.json").write_text(
+        json.dumps({"results": [{"kind": "train", "model": "gg", "scale": "paper", "size": 256, "batch": 8, "iterations_per_second": 2.0, "peak_memory_mb": 5.0, "provenance": prov}]})
+    )
+    (tmp_path / "cpu.json").write_text(json.dumps({"device": "cpu: X", "settings": {"forward_size": 256}, "models": {"nafnet": {"forward_s": 0.5, "peak_rss_mb": 900.0}}}))
+    (tmp_path / "other.json").write_text(json.dumps([1, 2]))
+    frame = load_bench_results(sorted(tmp_path.glob("*.json")))
+    by = frame.set_index("file")
+    assert by.loc["fwd.json", "device"] == "cuda: Test GPU" and by.loc["fwd.json", "memory"].startswith("CUDA")
+    assert by.loc["train.json", "images_per_second"] == 16.0  # batch × iterations/s
+    assert by.loc["cpu.json", "images_per_second"] == 2.0 and by.loc["cpu.json", "memory"].startswith("process peak RSS")
+    assert "other.json" not in by.index
+
+
+def test_dataset_rank_table_from_checkpoints(tmp_path):
+    data = tmp_path / "data"
+    rng = np.random.default_rng(0)
+    (data / "gt").mkdir(parents=True)
+    (data / "blur" / "z02").mkdir(parents=True)
+    (data / "split.csv").write_text("id,split\na,train\nb,test\nc,test\n")
+    for i in "abc":
+        img = rng.random((24, 32), dtype=np.float32)
+        write_tiff(data / "gt" / f"{i}.tif", img)
+        write_tiff(data / "blur" / "z02" / f"{i}.tif", img)
+    ckpts = {}
+    for name in ("gg", "dgno-cell"):
+        model = build_model(name, scale="smoke")
+        spec = {"name": name, "scale": "smoke", "hparams": model.hparams, "overrides": {}}
+        path = tmp_path / f"{name}.pt"
+        torch.save({"spec": spec, "state_dict": model.state_dict()}, path)
+        ckpts[name] = str(path)
+    table = dataset_rank_table(ckpts, data_dir=str(data), level="z02", max_images=1)
+    assert set(table["method"]) == {"gg", "dgno-cell"}
+    assert (table["n_images"] == 1).all() and (table["level"] == "z02").all()
+    assert len(table) == 2 * 3 * 2  # methods × scales × T

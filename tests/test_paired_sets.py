@@ -1,0 +1,280 @@
+"""3DHistech, DPDD and RealDOF in the workflow: config checks, and the real rule chain of the paper
+config (source → prepare) run by the Snakemake CLI against miniature copies: DPDD and RealDOF zips
+with the real folder names served on loopback (tests/fixtures_http.py), a hand-placed 3DHistech folder."""
+
+from __future__ import annotations
+
+import io
+import struct
+import subprocess
+import zipfile
+import zlib
+from pathlib import Path
+
+import imageio.v3 as iio
+import numpy as np
+import pytest
+import yaml
+from conftest import ROOT, SNAKEMAKE
+from fixtures_http import bbbc006_http_session, bbbc006_server  # noqa: F401  (fixtures)
+
+from dgno.config import ConfigError, load_schema, validate_config
+from dgno.data import manual
+from dgno.data.paired import load_pairs, read_split
+from dgno.io import read_json
+
+SHAPE = (24, 32)  # (H, W) of the miniature DPDD / RealDOF images
+DPDD_COUNTS = {"train_c": 2, "val_c": 1, "test_c": 1}
+HISTECH_COUNTS = {"train": 2, "val": 1, "test": 1}
+
+
+def png16_rgb(a: np.ndarray) -> bytes:
+    """A 16-bit RGB PNG, as DPDD ships (Pillow cannot write these, so the few chunks are written here)."""
+    h, w, _ = a.shape
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    rows = b"".join(b"\x00" + a[y].astype(">u2").tobytes() for y in range(h))  # filter 0 on every row
+    header = struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def pair(seed: int, shape=SHAPE, dtype=np.uint8) -> tuple[np.ndarray, np.ndarray]:
+    """(blurred, sharp) RGB images; the blurred one is a 3-pixel box average of the sharp one."""
+    hi = np.iinfo(dtype).max
+    sharp = np.random.default_rng(seed).integers(0, hi, size=(*shape, 3)).astype(dtype)
+    k = np.ones(3) / 3
+    blur = np.apply_along_axis(lambda r: np.convolve(r, k, mode="same"), 1, sharp.astype(float)).astype(dtype)
+    return blur, sharp
+
+
+def _zip(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def dpdd_zip() -> bytes:
+    """dd_dp_dataset_png/{train_c,val_c,test_c}/{source,target}/<name>.png, 16-bit RGB, plus a dual-pixel
+    train_l folder that preparing must ignore (only the combined view is used)."""
+    members, seed = {}, 0
+    for split, n in DPDD_COUNTS.items():
+        for _ in range(n):
+            blur, sharp = pair(seed, dtype=np.uint16)
+            name = f"1P0A{1745 + seed}.png"
+            members[f"dd_dp_dataset_png/{split}/source/{name}"] = png16_rgb(blur)
+            members[f"dd_dp_dataset_png/{split}/target/{name}"] = png16_rgb(sharp)
+            seed += 1
+    members["dd_dp_dataset_png/train_l/source/1P0A1745_L.png"] = png16_rgb(pair(99, dtype=np.uint16)[0])
+    return _zip(members)
+
+
+def realdof_zip(n: int = 2) -> bytes:
+    members = {}
+    for i in range(n):
+        blur, sharp = pair(100 + i)
+        members[f"RealDOF/source/{i:03d}.png"] = iio.imwrite("<bytes>", blur, extension=".png")
+        members[f"RealDOF/target/{i:03d}.png"] = iio.imwrite("<bytes>", sharp, extension=".png")
+    return _zip(members)
+
+
+def write_histech(root: Path) -> Path:
+    """{train,val,test}/{blur,sharp}/<name>.png with the paper's 256×256 patch size and tiny counts."""
+    seed = 200
+    for split, n in HISTECH_COUNTS.items():
+        for _ in range(n):
+            blur, sharp = pair(seed, shape=(256, 256))
+            for sub, img in (("blur", blur), ("sharp", sharp)):
+                (root / split / sub).mkdir(parents=True, exist_ok=True)
+                iio.imwrite(root / split / sub / f"patch_{seed}.png", img)
+            seed += 1
+    return root
+
+
+def paper_config(tmp_path: Path, *, dpdd_url: str, realdof_url: str, histech: Path, tiny_training: bool = False) -> Path:
+    cfg = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    if tiny_training:  # seconds on a CPU: the point is the wiring (3-channel model, RealDOF scored by the DPDD model)
+        cfg.update(scale="smoke", device="cpu")
+        cfg["train"].update(iterations=2, batch_size=1, patch_size=16, val_every=1, checkpoint_every=1, log_every=1, val_crops=1)
+        cfg["evaluate"].update(tile=None, lpips=False)
+    cfg["downloads"].update(dpdd_url=dpdd_url, realdof_url=realdof_url, retries=1, raw_dir="resources")
+    cfg["datasets"]["dpdd"].update(counts=DPDD_COUNTS, check_size=False)  # the paper's 1680×1120 is checked otherwise
+    cfg["datasets"]["realdof"].update(counts={".": 2})
+    cfg["datasets"]["3dhistech"].update(path=str(histech), counts=HISTECH_COUNTS)
+    path = tmp_path / "paper_paired.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def run_snakemake(tmp_path: Path, config: Path, *targets: str) -> subprocess.CompletedProcess:
+    cmd = [SNAKEMAKE, *targets, "--cores", "2", "--keep-going", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile", str(config)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+TARGETS = [f"results/data/{ds}/manifest.json" for ds in ("dpdd", "realdof", "3dhistech")]
+
+
+def test_paired_chain_through_the_workflow(tmp_path, bbbc006_server):  # noqa: F811
+    srv = bbbc006_server
+    srv.archives["DPDD.zip"] = dpdd_zip()
+    srv.archives["RealDOF.zip"] = realdof_zip()
+    srv.faults.drop_first.add("DPDD.zip")  # a dropped connection is resumed inside the rule
+    histech = write_histech(tmp_path / "histech_copy")
+    config = paper_config(tmp_path, dpdd_url=srv.url("DPDD.zip"), realdof_url=srv.url("RealDOF.zip"), histech=histech, tiny_training=True)
+    proc = run_snakemake(tmp_path, config, *TARGETS, "results/eval/realdof/dgno-face/real/summary.json")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+
+    data = tmp_path / "results" / "data"
+    expected = {"dpdd": {"train": 2, "val": 1, "test": 1}, "realdof": {"test": 2}, "3dhistech": {"train": 2, "val": 1, "test": 1}}
+    for ds, counts in expected.items():
+        split = read_split(data / ds)
+        assert {k: len(v) for k, v in split.items()} == counts, ds
+        manifest = read_json(data / ds / "manifest.json")
+        assert manifest["channels"] == 3 and manifest["normalise"] == "dtype" and manifest["test_levels"] == ["real"]
+        ids = [i for v in split.values() for i in v]
+        for sub in ("gt", "blur/real"):
+            assert sorted(p.stem for p in (data / ds / sub).glob("*.tif")) == sorted(ids), (ds, sub)
+        assert not list(data.glob(f"{ds}.tmp-*"))
+    assert read_json(data / "realdof" / "manifest.json")["train_levels"] == []
+    assert not any("train_l" in p.name or "_L" in p.name for p in (data / "dpdd" / "gt").iterdir())
+    assert read_json(data / "dpdd" / "manifest.json")["archive"]["sha256"]
+
+    # RGB pairs as training reads them: (H, W, 3) in [0, 1], pixel values of the originals.
+    test = load_pairs(data / "dpdd", split="test", levels=["real"])
+    blur, sharp = pair(3, dtype=np.uint16)
+    assert test[0].gt.shape == (*SHAPE, 3)
+    np.testing.assert_allclose(test[0].gt, sharp / 65535, atol=1 / 255)  # 16-bit RGB PNG decodes at 8-bit precision
+    histech_train = load_pairs(data / "3dhistech", split="train", levels=["real"])
+    assert histech_train[0].blur.shape == (256, 256, 3)
+    ranges = [r["range"] for r in srv.served("DPDD.zip")]
+    assert any(ranges), "the dropped DPDD download was not resumed with a Range request"
+
+    # RealDOF is scored by the model trained on DPDD, built for 3 channels; nothing trains on RealDOF.
+    summary = read_json(tmp_path / "results" / "eval" / "realdof" / "dgno-face" / "real" / "summary.json")
+    assert summary["checkpoint"] == "results/train/dpdd/dgno-face/model.pt"
+    assert summary["model_spec"]["hparams"]["in_channels"] == 3
+    assert not (tmp_path / "results" / "train" / "realdof").exists()
+
+
+def test_missing_data_fail_with_instructions_and_leave_nothing(tmp_path, bbbc006_server):  # noqa: F811
+    srv = bbbc006_server  # serves no DPDD.zip: the download fails with HTTP 404
+    missing = tmp_path / "histech_not_here"
+    config = paper_config(tmp_path, dpdd_url=srv.url("DPDD.zip"), realdof_url="", histech=missing)
+    proc = run_snakemake(tmp_path, config, *TARGETS)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    # 3DHistech: names the folder, says there is no public download and how to get and place it.
+    assert f"{missing} does not exist" in out and "no public download" in out and "how to get it:" in out
+    # DPDD: the download error, then the manual placement steps naming its folder.
+    assert "automatic download failed" in out and "HTTP 404" in out
+    assert "Place the files so that resources/dpdd" in out and "train_c/{source,target}/" in out
+    # RealDOF with no URL configured: manual placement only.
+    assert "Place the files so that resources/realdof" in out
+    results = tmp_path / "results"
+    assert not list(results.glob("sources/*.json"))
+    for ds in ("dpdd", "realdof", "3dhistech"):
+        assert not (results / "data" / ds / "manifest.json").exists()
+        assert not (results / "data" / ds / "split.csv").exists()
+    assert "does not exist" in (results / "logs" / "download" / "3dhistech.log").read_text()
+
+
+# ------------------------------------------------------------------------------------- config
+
+
+def _cfg(**datasets) -> dict:
+    return {
+        "name": "t",
+        "seed": 0,
+        "datasets": datasets,
+        "methods": {"dgno-face": {"model": "dgno-face"}},
+        "train": {},
+        "evaluate": {},
+        "experiments": {},
+    }
+
+
+DPDD = {"source": "dpdd", "train_levels": ["real"], "test_levels": ["real"]}
+REALDOF = {"source": "realdof", "train_levels": ["real"], "test_levels": ["real"]}
+
+
+def test_config_defaults_for_paired_sources():
+    cfg = validate_config(_cfg(dpdd=DPDD, realdof={**REALDOF, "trained_on": "dpdd"}))
+    assert cfg["datasets"]["dpdd"]["path"] == "resources/dpdd"
+    assert cfg["datasets"]["realdof"]["levels"] == {"real": None}
+    assert cfg["datasets"]["dpdd"]["check_size"] is True
+    # The schema's default URLs are the ones dgno.data.manual documents.
+    downloads = load_schema()["properties"]["downloads"]["properties"]
+    assert downloads["dpdd_url"]["default"] == manual.DPDD_URL
+    assert downloads["realdof_url"]["default"] == manual.REALDOF_URL
+
+
+@pytest.mark.parametrize(
+    "datasets, message",
+    [
+        ({"realdof": REALDOF}, "datasets.realdof.trained_on: required"),
+        ({"realdof": {**REALDOF, "trained_on": "nope"}}, "datasets.realdof.trained_on: 'nope'"),
+        ({"realdof": {**REALDOF, "trained_on": "realdof"}}, "must name another dataset"),
+        ({"dpdd": {**DPDD, "test_levels": ["z02"]}}, "level 'z02' is not allowed for source 'dpdd'"),
+    ],
+)
+def test_config_rejects_bad_paired_datasets(datasets, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_config(_cfg(**datasets))
+
+
+def test_every_model_takes_rgb():
+    """DPDD/RealDOF/3DHistech are RGB: training builds in_channels=3 from the prepared images."""
+    import torch
+
+    from dgno.models.registry import build_model, list_models
+
+    x = torch.rand(1, 3, 20, 28)
+    for name in list_models():
+        with torch.no_grad():
+            out = build_model(name, scale="smoke", in_channels=3).eval()(x)
+        assert out[-1].shape == x.shape, name
+
+
+# ------------------------------------------------------------------------------------- report
+
+
+def test_report_sections_compare_with_paper_or_say_how_to_run():
+    import pandas as pd
+
+    from dgno.config import load_config
+    from dgno.report.build import main_section, real_defocus_section
+
+    cfg = load_config(ROOT / "config" / "paper.yaml")
+    summaries = pd.DataFrame(
+        [
+            {"dataset": "realdof", "method": "dgno-face", "level": "real", "psnr": 24.0, "ssim": 0.7, "lpips": 0.3},
+            {"dataset": "dpdd", "method": "mpt", "level": "real", "psnr": 25.0, "ssim": 0.8, "lpips": 0.2},
+            {"dataset": "3dhistech", "method": "dgno-cell", "level": "real", "psnr": 33.0, "ssim": 0.88, "lpips": 0.1},
+        ]
+    )
+    realdof = real_defocus_section("realdof", cfg, summaries)
+    rows = dict(realdof.tables[0].rows)
+    face = rows[cfg["methods"]["dgno-face"]["label"]]
+    assert (face[0].measured, face[0].paper) == (24.0, 25.08)  # the paper's 'DGNO (Ours)' row
+    gkm = rows["GKMNet"][0]
+    assert gkm.measured is None and "results/eval/realdof/gkmnet/real/summary.json" in gkm.command
+    assert any("DPDNet" in n for n in realdof.notes) and any("trained on dpdd" in n for n in realdof.notes)
+    dpdd = dict(real_defocus_section("dpdd", cfg, summaries).tables[0].rows)
+    mpt = dpdd[cfg["methods"]["mpt"]["label"]][0]
+    assert (mpt.measured, mpt.paper) == (25.0, 26.21)  # Table 5's plain MPT row, not Table 1's MPT+EFCR
+    main = main_section(cfg, summaries).tables[0]
+    col = main.columns.index(("3dhistech", "psnr"))
+    cell = dict(main.rows)["DGNO-Cell"][col]
+    assert (cell.measured, cell.paper) == (33.0, 34.00)
+
+
+def test_prepare_a_subset_reads_only_the_checked_splits(tmp_path):
+    from dgno.data.paired_sets import prepare
+
+    root = write_histech(tmp_path / "raw")
+    out = prepare("3dhistech", root, tmp_path / "prepared", counts={"test": 1}, progress=False)
+    assert read_split(out) == {"test": ["test_patch_203"]}
+    assert read_json(out / "manifest.json")["train_levels"] == []

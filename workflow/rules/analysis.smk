@@ -1,0 +1,155 @@
+# Stage 7a: analyses behind the paper's figures (latent effective rank, learned operator maps,
+# cost vs resolution, PSNR vs parameters, runtime/memory vs image size).
+
+
+rule effective_rank:
+    input:
+        unpack(rank_inputs),
+    output:
+        table="results/tables/effective_rank_{dataset}.csv",
+        figure=report(
+            "results/figures/effective_rank_{dataset}.png",
+            caption="../report/effective_rank.rst",
+            category="GG vs LG vs DGNO",
+        ),
+    log:
+        "results/logs/effective_rank/{dataset}.log",
+    benchmark:
+        "results/benchmarks/effective_rank/{dataset}.tsv"
+    wildcard_constraints:
+        dataset=one_of(RANK_DATASETS),
+    conda:
+        "../../envs/dgno.yaml"
+    resources:
+        gpu=1 if config["device"] != "cpu" else 0,
+    params:
+        methods=lambda wc: rank_methods(wc.dataset),
+        labels=lambda wc: method_labels(rank_methods(wc.dataset)),
+        level=lambda wc: rank_level(wc.dataset),
+        max_images=config["analysis"]["rank_images"],
+        device=config["device"],
+    script:
+        "../scripts/effective_rank.py"
+
+
+rule figure_operators:
+    input:
+        unpack(operator_map_inputs),
+    output:
+        table="results/tables/operator_maps_{dataset}.csv",
+        figure=report(
+            "results/figures/operators_{dataset}.png",
+            caption="../report/operator_maps.rst",
+            category="GG vs LG vs DGNO",
+        ),
+    log:
+        "results/logs/figure_operators/{dataset}.log",
+    benchmark:
+        "results/benchmarks/figure_operators/{dataset}.tsv"
+    wildcard_constraints:
+        dataset=one_of(RANK_DATASETS),
+    conda:
+        "../../envs/dgno.yaml"
+    resources:
+        gpu=1 if config["device"] != "cpu" else 0,
+    params:
+        methods=lambda wc: rank_methods(wc.dataset),
+        labels=lambda wc: method_labels(rank_methods(wc.dataset)),
+        level=lambda wc: rank_level(wc.dataset),
+        stat_images=OPERATOR_MAP_IMAGES,
+        device=config["device"],
+    script:
+        "../scripts/figure_operators.py"
+
+
+rule cost_vs_resolution:
+    output:
+        table="results/tables/cost_vs_resolution.csv",
+        figure=report(
+            "results/figures/cost_vs_resolution.png",
+            caption="../report/cost_vs_resolution.rst",
+            category="Model cost",
+        ),
+    log:
+        "results/logs/tables/cost_vs_resolution.log",
+    benchmark:
+        "results/benchmarks/cost_vs_resolution/cost_vs_resolution.tsv"
+    conda:
+        "../../envs/dgno.yaml"
+    resources:
+        gpu=1 if config["device"] != "cpu" else 0,
+    params:
+        methods=canonical({m: config["methods"][m] for m in COST_METHODS}),
+        labels=method_labels(COST_METHODS),
+        sizes=config["analysis"]["cost_sizes"],
+        scale=config["analysis"]["cost_scale"] or config["scale"],
+        device=config["device"],
+    script:
+        "../scripts/cost_vs_resolution.py"
+
+
+rule figure_psnr_params:
+    input:
+        summaries=experiment_summaries("main") if "main" in EXPERIMENTS else [],
+        model_summary="results/tables/model_summary.csv",
+    output:
+        table="results/tables/psnr_vs_params.csv",
+        figure=report(
+            "results/figures/psnr_vs_params.png",
+            caption="../report/psnr_vs_params.rst",
+            category="Model cost",
+        ),
+    log:
+        "results/logs/figures/psnr_vs_params.log",
+    conda:
+        "../../envs/report.yaml"
+    params:
+        dataset=main_dataset(),
+        levels=table_levels(main_dataset()) if main_dataset() else [],
+        scale=config["scale"],
+        labels=(
+            method_labels(EXPERIMENTS["main"]["methods"])
+            if "main" in EXPERIMENTS
+            else {}
+        ),
+        paper_keys=(
+            {
+                config["methods"][m].get("label", m): (
+                    config["methods"][m].get("paper_key")
+                    or config["methods"][m]["model"].replace("-", "_")
+                )
+                for m in EXPERIMENTS["main"]["methods"]
+            }
+            if "main" in EXPERIMENTS
+            else {}
+        ),
+        paper_column=(
+            config["datasets"][main_dataset()].get("paper_column")
+            if main_dataset()
+            else None
+        ),
+    script:
+        "../scripts/figure_psnr_params.py"
+
+
+rule runtime_memory:
+    input:
+        BENCH_FILES,
+    output:
+        table="results/tables/runtime_memory.csv",
+        figure=report(
+            "results/figures/runtime_memory.png",
+            caption="../report/runtime_memory.rst",
+            category="Model cost",
+        ),
+    log:
+        "results/logs/figures/runtime_memory.log",
+    conda:
+        "../../envs/report.yaml"
+    script:
+        "../scripts/runtime_memory.py"
+
+
+rule analysis:
+    input:
+        analysis_report_inputs(),

@@ -1,0 +1,20 @@
+"""Rule `runtime_memory`: throughput and peak memory vs image size from the benchmark JSON files."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _log  # noqa: E402
+
+_log.redirect(snakemake.log[0])  # noqa: F821
+sm = snakemake  # noqa: F821
+
+from dgno.analysis.runtime import load_bench_results  # noqa: E402
+from dgno.io import write_csv  # noqa: E402
+from dgno.report.figures import runtime_memory  # noqa: E402
+
+frame = load_bench_results(sm.input)
+write_csv(sm.output.table, frame)
+print(frame.to_string(), flush=True)
+forward = frame[frame["kind"] == "forward"]
+runtime_memory(forward, sm.output.figure, title="Forward pass, batch 1: throughput and peak memory vs image size (files: " + ", ".join(sorted(set(frame["file"]))) + ")")
