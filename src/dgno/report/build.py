@@ -736,7 +736,7 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
         {
             "title": title,
             "section": (f"ablation_{key}" if key in config.get("ablation_runs", {}) else key) if key in covered else None,
-            "reason": "no benchmark results: " + BENCH_COMMAND if key == "runtime_memory" else "not part of this configuration" if key in ("main", "lifting", "defocus", "operators", "synthetic", "nonblind", "stardist", "flux_boundary", "penalty", "element_size_T", "dpdd", "realdof") else "not yet implemented by this version of the pipeline",
+            "reason": "no benchmark results: " + BENCH_COMMAND if key == "runtime_memory" else "not part of this configuration; config/paper.yaml runs it: snakemake --profile slurm all" if key in ("main", "lifting", "defocus", "operators", "synthetic", "nonblind", "stardist", "flux_boundary", "penalty", "element_size_T", "dpdd", "realdof") else "not yet implemented by this version of the pipeline",
         }
         for key, title in CATALOGUE
     ]
