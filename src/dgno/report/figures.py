@@ -50,6 +50,7 @@ def visual_comparison(
     ids: Sequence[str],
     methods: Sequence[tuple[str, str]],
     out_png: str | Path,
+    max_cols: int = 7,
 ) -> None:
     """Blurred | each method | sharp, for a few test images, with a 2× zoom of the centre below.
 
@@ -58,29 +59,38 @@ def visual_comparison(
     """
     data_dir, eval_root = Path(data_dir), Path(eval_root)
     norm = dataset_normalisation(data_dir)
-    cols = [("Blurred", None)] + list(methods) + [("Sharp", None)]
-    fig, axes = plt.subplots(2 * len(ids), len(cols), figsize=(1.6 * len(cols), 3.3 * len(ids)), squeeze=False)
+    panels = [("Blurred", None)] + list(methods) + [("Sharp", None)]
+    # Many methods (Table 1 has eleven) wrap onto several rows so each panel stays readable.
+    n_cols = min(len(panels), max_cols)
+    chunks = [panels[i : i + n_cols] for i in range(0, len(panels), n_cols)]
+    n_rows = 2 * len(ids) * len(chunks)  # each chunk: the images, then their zoomed centres
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(1.7 * n_cols, 1.75 * n_rows), squeeze=False, layout="constrained")
+    for ax in axes.flat:
+        ax.set_axis_off()
     for r, image_id in enumerate(ids):
         gt = read_image(data_dir / "gt" / f"{image_id}.tif", normalise=norm)
         zy, zx = _zoom_box(gt.shape[:2])
-        for c, (name, label) in enumerate(cols):
-            if name == "Blurred":
-                img, title = read_image(data_dir / "blur" / level / f"{image_id}.tif", normalise=norm), "Blurred"
-            elif name == "Sharp":
-                img, title = gt, "Sharp"
-            else:
-                img, title = read_image(eval_root / name / level / "restored" / f"{image_id}.tif"), label
-            if name != "Sharp":
-                title = f"{title}\n{psnr(img, gt):.2f} dB"
-            top, bottom = axes[2 * r, c], axes[2 * r + 1, c]
-            top.imshow(img, cmap="magma", vmin=0, vmax=1)
-            top.add_patch(plt.Rectangle((zx.start, zy.start), zx.stop - zx.start, zy.stop - zy.start, fill=False, ec="cyan", lw=0.8))
-            top.set_title(title, fontsize=8)
-            bottom.imshow(img[zy, zx], cmap="magma", vmin=0, vmax=1, interpolation="nearest")
-            for ax in (top, bottom):
-                ax.set_xticks([])
-                ax.set_yticks([])
-        axes[2 * r, 0].set_ylabel(image_id, fontsize=8)
+        for k, chunk in enumerate(chunks):
+            row = 2 * (r * len(chunks) + k)
+            for c, (name, label) in enumerate(chunk):
+                if name == "Blurred":
+                    img, title = read_image(data_dir / "blur" / level / f"{image_id}.tif", normalise=norm), "Blurred"
+                elif name == "Sharp":
+                    img, title = gt, "Sharp"
+                else:
+                    img, title = read_image(eval_root / name / level / "restored" / f"{image_id}.tif"), label
+                if name != "Sharp":
+                    title = f"{title}\n{psnr(img, gt):.2f} dB"
+                top, bottom = axes[row, c], axes[row + 1, c]
+                top.imshow(img, cmap="magma", vmin=0, vmax=1)
+                top.add_patch(plt.Rectangle((zx.start, zy.start), zx.stop - zx.start, zy.stop - zy.start, fill=False, ec="cyan", lw=0.8))
+                top.set_title(title, fontsize=8)
+                bottom.imshow(img[zy, zx], cmap="magma", vmin=0, vmax=1, interpolation="nearest")
+                for ax in (top, bottom):
+                    ax.set_axis_on()
+                    ax.set_xticks([])
+                    ax.set_yticks([])
+            axes[row, 0].set_ylabel(image_id, fontsize=8)
     fig.suptitle(f"{data_dir.name} · {level} (PSNR vs sharp; cyan box enlarged below)", fontsize=9)
     save_figure(fig, out_png)
 
@@ -108,7 +118,8 @@ def measured_vs_paper_bars(frame: pd.DataFrame, out_png: str | Path, *, metric: 
     """
     groups = list(dict.fromkeys(frame["group"]))
     labels = list(dict.fromkeys(frame["label"]))
-    fig, axes = plt.subplots(1, len(groups), figsize=(3.2 * len(groups) + 0.5, 3.2), squeeze=False)
+    group_width = max(3.2, 0.32 * len(labels) + 1.0)  # keep rotated tick labels apart when there are many methods
+    fig, axes = plt.subplots(1, len(groups), figsize=(group_width * len(groups) + 0.5, 3.4), squeeze=False)
     palette = sns.color_palette("colorblind", len(labels))
     for ax, group in zip(axes[0], groups):
         sub = frame[frame["group"] == group].set_index("label").reindex(labels)
