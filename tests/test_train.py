@@ -163,3 +163,89 @@ def test_loss_decreases_when_overfitting(tiny_dataset, tmp_path, name):
 
     log = pd.read_csv(tmp_path / name / "train_metrics.csv")
     assert log["loss"].iloc[-10:].mean() < 0.8 * log["loss"].iloc[:5].mean()
+
+
+def _sampler(tiny_dataset, seed=3):
+    from dgno.data.paired import CropSampler, load_pairs
+
+    pairs = load_pairs(tiny_dataset, split="train", levels=["a"])
+    return CropSampler(pairs, patch=16, batch_size=3, seed=seed)
+
+
+def test_prefetched_batches_equal_synchronous_ones_and_state_follows_consumption(tiny_dataset):
+    """The background thread cuts exactly the sampler's sequence, and state() is the state after the
+    last batch handed out (not the producer's, which runs ahead), so a checkpoint resumes exactly."""
+    import time
+
+    from dgno.train import BatchStream
+
+    sync = BatchStream(_sampler(tiny_dataset), depth=0)
+    expected = [sync.next() for _ in range(6)]
+    ahead = BatchStream(_sampler(tiny_dataset), depth=3)
+    try:
+        got = [ahead.next() for _ in range(3)]
+        time.sleep(0.2)  # let the producer fill its queue: the live sampler is now ahead
+        state = ahead.state()
+        assert state != ahead.sampler.state()
+        got += [ahead.next() for _ in range(3)]
+    finally:
+        ahead.close()
+    for (b0, g0), (b1, g1) in zip(expected, got):
+        assert torch.equal(b0, b1) and torch.equal(g0, g1)
+    resumed = _sampler(tiny_dataset, seed=99)
+    resumed.load_state(state)
+    again = BatchStream(resumed, depth=2)
+    try:
+        for b0, g0 in expected[3:]:
+            b1, g1 = again.next()
+            assert torch.equal(b0, b1) and torch.equal(g0, g1)
+    finally:
+        again.close()
+
+
+def test_prefetch_producer_error_is_raised_in_the_training_thread(tiny_dataset):
+    from dgno.train import BatchStream
+
+    sampler = _sampler(tiny_dataset)
+
+    def broken():
+        raise RuntimeError("crop failed")
+
+    sampler.next_batch = broken
+    stream = BatchStream(sampler, depth=2)
+    try:
+        with pytest.raises(RuntimeError, match="crop failed"):
+            stream.next()
+    finally:
+        stream.close()
+
+
+def test_prefetch_does_not_change_training_and_resume_stays_exact(tiny_dataset, tmp_path):
+    """prefetch=0 and prefetch=3 train identical weights; with prefetch, a run resumed from a mid-run
+    checkpoint (batches cut ahead were lost with the process) still ends bit-identical."""
+    choice = ModelChoice(name="gg", scale="smoke")
+    train(tiny_dataset, tmp_path / "sync", model_choice=choice, levels=["a"], cfg=_cfg(prefetch=0), progress=False)
+    train(tiny_dataset, tmp_path / "ahead", model_choice=choice, levels=["a"], cfg=_cfg(prefetch=3), progress=False)
+    half = tmp_path / "halves"
+    train(tiny_dataset, half, model_choice=choice, levels=["a"], cfg=_cfg(prefetch=3, iterations=4, flat_fraction=1.0), progress=False)
+    state = torch.load(half / "checkpoint.pt", weights_only=False)
+    state["train_config"]["iterations"] = 8  # as if the 8-iteration run had been stopped at 4
+    torch.save(state, half / "checkpoint.pt")
+    (half / "model.pt").unlink()
+    (half / "train_metrics.csv").unlink()
+    train(tiny_dataset, half, model_choice=choice, levels=["a"], cfg=_cfg(prefetch=3, flat_fraction=1.0), progress=False)
+    straight = tmp_path / "straight_flat"
+    train(tiny_dataset, straight, model_choice=choice, levels=["a"], cfg=_cfg(prefetch=3, flat_fraction=1.0), progress=False)
+    a, _ = _final_weights(tmp_path / "sync")
+    b, _ = _final_weights(tmp_path / "ahead")
+    c, _ = _final_weights(half)
+    d, blob = _final_weights(straight)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+        torch.testing.assert_close(c[k], d[k], rtol=0, atol=0, msg=k)
+    assert blob["world_size"] == 1 and blob["train_config"]["prefetch"] == 3
+
+
+def test_negative_prefetch_is_refused():
+    with pytest.raises(ValueError, match=r"prefetch=-1"):
+        TrainConfig(prefetch=-1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -33,7 +34,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         levels=levels,
         cfg=settings,
     )
-    print(path)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, one line per run, not per process
+        print(path)
     return 0
 
 

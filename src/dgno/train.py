@@ -5,14 +5,23 @@ checkpoint (model, EMA, optimizer, iteration, sampler RNG, torch RNG, config), w
 atomically every ``checkpoint_every`` iterations and on SIGTERM, which is how SLURM announces a
 time limit or pre-emption. The final ``model.pt`` holds the EMA weights plus the model spec, so
 evaluation and ``dgno deblur`` rebuild the network from the file alone.
+
+Crops are cut by a background thread (``prefetch`` batches ahead) so a GPU does not wait for
+numpy. Launched by ``torchrun`` with several processes, the same function trains data-parallel
+(DistributedDataParallel): ``batch_size`` stays the batch of one optimizer step and is split
+over the ranks, each rank draws its own crops, and only rank 0 writes files.
 """
 
 from __future__ import annotations
 
 import copy
 import csv
+import hashlib
 import math
+import os
+import queue
 import signal
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,6 +63,11 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"
     bf16: bool = True  # bfloat16 autocast on CUDA (ignored on CPU, where float32 is faster and exact)
+    prefetch: int = 2  # batches cut ahead by a background thread; 0 = in the loop (same batches either way)
+
+    def __post_init__(self) -> None:
+        if self.prefetch < 0:
+            raise ValueError(f"prefetch={self.prefetch!r}; allowed: an integer >= 0 (0 = no background thread)")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
@@ -156,6 +170,193 @@ class Interrupted(RuntimeError):
     """Training stopped by a signal after writing a checkpoint; a rerun resumes from it."""
 
 
+class BatchStream:
+    """Training batches from a CropSampler, optionally cut ahead of time by one background thread.
+
+    The thread calls ``sampler.next_batch()`` in order, so the sequence of batches is exactly the
+    sampler's, whatever the timing; numpy releases the GIL while it copies crops, so the thread
+    runs while the model steps. :meth:`state` is the sampler state *after the last batch handed
+    out*, not the live one: a checkpoint written with it makes a resumed run regenerate the
+    batches that were cut but never used, so resume stays exact. With ``depth=0`` batches are cut
+    on demand in the caller's thread. ``pin_device`` (a CUDA device) page-locks the batches so
+    that their copy to that GPU can overlap with compute.
+    """
+
+    def __init__(self, sampler: CropSampler, *, depth: int, pin_device: torch.device | None = None):
+        self.sampler, self.pin_device = sampler, pin_device
+        self._state = sampler.state()
+        self._queue: queue.Queue | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if depth > 0:
+            self._queue = queue.Queue(maxsize=depth)
+            self._thread = threading.Thread(target=self._fill, name="dgno-batches", daemon=True)
+            self._thread.start()
+
+    def _cut(self) -> tuple[tuple[torch.Tensor, torch.Tensor], dict]:
+        blur, gt = (torch.from_numpy(a) for a in self.sampler.next_batch())  # (B, C, P, P) each
+        if self.pin_device is not None:
+            blur, gt = blur.pin_memory(), gt.pin_memory()
+        return (blur, gt), self.sampler.state()
+
+    def _fill(self) -> None:
+        """Producer: cut batches until stopped; an error is passed on to be raised by the consumer."""
+        assert self._queue is not None
+        if self.pin_device is not None and self.pin_device.index is not None:
+            # A new thread starts on the default GPU; pinning from there would give every rank of a
+            # multi-GPU run a context on GPU 0. (A bare "cuda" device is that default anyway.)
+            torch.cuda.set_device(self.pin_device)
+        while not self._stop.is_set():
+            try:
+                item: Any = self._cut()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the training thread
+                item = exc
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if isinstance(item, BaseException):
+                return
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next (blur, gt) batch as CPU tensors, (B, C, P, P) float32."""
+        if self._queue is None:
+            batch, self._state = self._cut()
+            return batch
+        item = self._queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        batch, self._state = item
+        return batch
+
+    def state(self) -> dict:
+        """Sampler state after the last batch returned by :meth:`next` (what a checkpoint must hold)."""
+        return self._state
+
+    def close(self) -> None:
+        """Stop the producer thread (idempotent); the batches it cut ahead are dropped."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """Where this process stands in a data-parallel run (world 1 = an ordinary single process).
+
+    ``torchrun`` sets WORLD_SIZE, RANK and LOCAL_RANK; everything else follows from them.
+    """
+
+    world: int = 1
+    rank: int = 0
+    local_rank: int = 0
+
+    @classmethod
+    def from_env(cls) -> Ranks:
+        return cls(world=int(os.environ.get("WORLD_SIZE", "1")), rank=int(os.environ.get("RANK", "0")), local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+
+    @property
+    def distributed(self) -> bool:
+        return self.world > 1
+
+    @property
+    def main(self) -> bool:
+        """Rank 0 alone writes checkpoints, metrics, the model file and progress output."""
+        return self.rank == 0
+
+
+def _setup_distributed(ranks: Ranks, device: torch.device) -> tuple[torch.device, bool]:
+    """Join the process group (NCCL on CUDA, gloo on CPU); return this rank's device and whether we
+    created the group (and so must destroy it). Each rank drives the GPU numbered by its local rank."""
+    import torch.distributed as dist
+
+    if device.type == "cuda":
+        device = torch.device("cuda", ranks.local_rank)
+        torch.cuda.set_device(device)
+    if dist.is_initialized():
+        return device, False
+    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return device, True
+
+
+def _rank_seed(seed: int, rank: int) -> int | np.random.SeedSequence:
+    """Crop seed of one rank: rank 0 keeps `seed` (a one-process run is unchanged), the others get
+    independent streams spawned from it, so ranks never cut the same crops and a run with seed s
+    never repeats the streams of a run with seed s + 1."""
+    return seed if rank == 0 else np.random.SeedSequence(seed, spawn_key=(rank,))
+
+
+def _sync_buffers(model: torch.nn.Module, ranks: Ranks) -> None:
+    """Copy rank 0's buffers (BatchNorm running statistics) to every rank after a step.
+
+    Gradients are averaged by DDP, so the weights agree; running statistics are updated from each
+    rank's own crops and would not. DDP broadcasts them only at the start of the next forward;
+    doing it before the EMA update keeps the EMA, and so model.pt, identical on every rank. One
+    broadcast per dtype, of all buffers flattened (models without buffers skip it).
+    """
+    import torch.distributed as dist
+
+    if not ranks.distributed:
+        return
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for b in model.buffers():
+        by_dtype.setdefault(b.dtype, []).append(b)
+    for bufs in by_dtype.values():
+        flat = torch.cat([b.reshape(-1) for b in bufs])
+        dist.broadcast(flat, src=0)
+        offset = 0
+        for b in bufs:
+            b.copy_(flat[offset : offset + b.numel()].view_as(b))
+            offset += b.numel()
+
+
+def _agree(loss: torch.Tensor, stop: bool, ranks: Ranks) -> tuple[float, bool]:
+    """(mean loss over ranks, whether any rank was signalled): one all-reduce per iteration.
+
+    Every rank must checkpoint and stop at the same iteration, because checkpoints are collective
+    and a rank that leaves early makes torchrun kill the others (possibly mid-write).
+    """
+    if not ranks.distributed:
+        return loss.item(), stop
+    import torch.distributed as dist
+
+    both = torch.stack([loss.detach().float(), loss.new_tensor(float(stop), dtype=torch.float32)])
+    dist.all_reduce(both)
+    total, stops = both.tolist()
+    return total / ranks.world, stops > 0
+
+
+def _gather(obj: Any, ranks: Ranks) -> list[Any]:
+    """[obj of rank 0, obj of rank 1, ...] on every rank (just [obj] in a single process)."""
+    if not ranks.distributed:
+        return [obj]
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * ranks.world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def _barrier(ranks: Ranks) -> None:
+    if ranks.distributed:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def weights_digest(state_dict: dict[str, torch.Tensor]) -> str:
+    """SHA-256 of a state dict's names, dtypes, shapes and bytes: equal digests mean equal weights."""
+    h = hashlib.sha256()
+    for name, t in state_dict.items():
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def _val_batches(val_pairs, cfg: TrainConfig) -> tuple[np.ndarray, np.ndarray] | None:
     """A fixed set of held-out crops (same every evaluation), so validation curves are comparable."""
     if not val_pairs:
@@ -189,29 +390,87 @@ def train(
     Writes ``checkpoint.pt`` (resume state), ``train_metrics.csv`` (one row per log/val step) and,
     at the end, ``model.pt`` (EMA weights + model spec + provenance). A rerun with the same
     out_dir resumes from ``checkpoint.pt``.
+
+    Under ``torchrun`` (WORLD_SIZE > 1) every process calls this function: it joins the process
+    group (NCCL on CUDA, gloo on CPU), trains with DistributedDataParallel on ``batch_size /
+    WORLD_SIZE`` crops per process, and leaves the group again if it created it.
     """
-    out_dir = Path(out_dir)
+    ranks = Ranks.from_env()
+    device = pick_device(cfg.device)
+    if ranks.distributed and cfg.batch_size % ranks.world:
+        raise InputError(
+            f"train.batch_size={cfg.batch_size} cannot be split over {ranks.world} processes (it is the batch of one optimizer "
+            f"step, shared by all of them). Fix: set train.batch_size to a multiple of {ranks.world} or launch fewer processes"
+        )
+    own_group = False
+    if ranks.distributed:
+        device, own_group = _setup_distributed(ranks, device)
+    try:
+        return _train(
+            Path(data_dir),
+            Path(out_dir),
+            model_choice=model_choice,
+            levels=levels,
+            cfg=cfg,
+            ranks=ranks,
+            device=device,
+            progress=progress and ranks.main,
+            install_signal_handlers=install_signal_handlers,
+        )
+    finally:
+        if own_group:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+def _resume_rng(state: dict[str, Any], ranks: Ranks) -> dict[str, Any] | None:
+    """This rank's saved sampler/torch RNG states, or None when the checkpoint was written by fewer
+    processes (checkpoints from before data parallelism hold rank 0's only)."""
+    saved = state.get("ranks") or [{"sampler_rng": state["sampler_rng"], "torch_rng": state["torch_rng"]}]
+    if len(saved) != ranks.world and ranks.main:
+        tqdm.write(f"checkpoint was written by {len(saved)} process(es), resuming with {ranks.world}: the crops differ from an uninterrupted run")
+    return saved[ranks.rank] if ranks.rank < len(saved) else None
+
+
+def _train(
+    data_dir: Path,
+    out_dir: Path,
+    *,
+    model_choice: ModelChoice,
+    levels: list[str],
+    cfg: TrainConfig,
+    ranks: Ranks,
+    device: torch.device,
+    progress: bool,
+    install_signal_handlers: bool,
+) -> Path:
+    """The training run of one process (see :func:`train`); collectives are no-ops in a single process."""
     out_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path, metrics_path, final_path = out_dir / "checkpoint.pt", out_dir / "train_metrics.csv", out_dir / "model.pt"
-    device = pick_device(cfg.device)
     torch.manual_seed(cfg.seed)
 
     split = read_split(data_dir)
     train_ids = split.get("train", [])
     if not train_ids:
-        raise InputError(f"{Path(data_dir) / 'split.csv'}: no training images. Fix: regenerate the split")
+        raise InputError(f"{data_dir / 'split.csv'}: no training images. Fix: regenerate the split")
     val_ids = split.get("val", [])
     # Decode everything first: a bad file fails here, by name, before any compute is spent.
     pairs = load_pairs(data_dir, split="train", levels=levels, ids=train_ids, progress=progress)
-    val_pairs = load_pairs(data_dir, split="val", levels=levels, ids=val_ids) if val_ids else []
+    val_pairs = load_pairs(data_dir, split="val", levels=levels, ids=val_ids) if val_ids and ranks.main else []
     in_channels = 1 if pairs[0].gt.ndim == 2 else pairs[0].gt.shape[-1]
 
     model = build_model(model_choice.name, scale=model_choice.scale, in_channels=in_channels, **registry_overrides(model_choice.overrides)).to(device)
-    ema = copy.deepcopy(model).eval()
+    ema = copy.deepcopy(model).eval()  # copied before DDP attaches its gradient hooks to the parameters
     for p in ema.parameters():
         p.requires_grad_(False)
+    net: torch.nn.Module = model
+    if ranks.distributed:
+        # Wrapping broadcasts rank 0's initial weights and buffers; gradients are averaged in backward.
+        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        ema.load_state_dict(model.state_dict())  # start the EMA from the broadcast weights
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-    sampler = CropSampler(pairs, patch=cfg.patch_size, batch_size=cfg.batch_size, seed=cfg.seed)
+    sampler = CropSampler(pairs, patch=cfg.patch_size, batch_size=cfg.batch_size // ranks.world, seed=_rank_seed(cfg.seed, ranks.rank))
     val = _val_batches(val_pairs, cfg)
     spec = {"name": model_choice.name, "scale": model_choice.scale, "hparams": model.hparams, "overrides": model_choice.overrides}
 
@@ -226,28 +485,37 @@ def train(
         model.load_state_dict(state["model"])
         ema.load_state_dict(state["ema"])
         opt.load_state_dict(state["optimizer"])
-        sampler.load_state(state["sampler_rng"])
-        torch.set_rng_state(state["torch_rng"])
+        rng = _resume_rng(state, ranks)
+        if rng is not None:
+            sampler.load_state(rng["sampler_rng"])
+            torch.set_rng_state(rng["torch_rng"].cpu())  # map_location may have moved it to the GPU
         start = int(state["iteration"])
-        tqdm.write(f"resuming {out_dir} from iteration {start}")
-    elif metrics_path.exists():
+        if ranks.main:
+            tqdm.write(f"resuming {out_dir} from iteration {start}")
+    elif ranks.main and metrics_path.exists():
         metrics_path.unlink()  # stale log of a run whose checkpoint is gone
 
     def checkpoint(it: int) -> None:
-        save_checkpoint(
-            ckpt_path,
-            {
-                "version": CHECKPOINT_VERSION,
-                "spec": spec,
-                "iteration": it,
-                "model": model.state_dict(),
-                "ema": ema.state_dict(),
-                "optimizer": opt.state_dict(),
-                "sampler_rng": sampler.state(),
-                "torch_rng": torch.get_rng_state(),
-                "train_config": asdict(cfg),
-            },
-        )
+        """Collective: every rank hands in its RNG states, rank 0 writes, all wait for the write
+        (a rank exiting early, e.g. on SIGTERM, would make torchrun kill rank 0 mid-write)."""
+        per_rank = _gather({"sampler_rng": batches.state(), "torch_rng": torch.get_rng_state()}, ranks)
+        if ranks.main:
+            save_checkpoint(
+                ckpt_path,
+                {
+                    "version": CHECKPOINT_VERSION,
+                    "spec": spec,
+                    "iteration": it,
+                    "model": model.state_dict(),
+                    "ema": ema.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "sampler_rng": per_rank[0]["sampler_rng"],
+                    "torch_rng": per_rank[0]["torch_rng"],
+                    "ranks": per_rank,
+                    "train_config": asdict(cfg),
+                },
+            )
+        _barrier(ranks)
 
     stop = _StopFlag()
     previous = {}
@@ -255,21 +523,25 @@ def train(
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, stop)
 
-    new_log = not metrics_path.exists()
-    log_fh = metrics_path.open("a", newline="")
-    log = csv.writer(log_fh)
-    if new_log:
-        log.writerow(["iteration", "loss", "lr", "val_psnr", "seconds"])
+    log_fh = None
+    if ranks.main:
+        new_log = not metrics_path.exists()
+        log_fh = metrics_path.open("a", newline="")
+        log = csv.writer(log_fh)
+        if new_log:
+            log.writerow(["iteration", "loss", "lr", "val_psnr", "seconds"])
     t0 = time.perf_counter()
     bar = tqdm(range(start, cfg.iterations), initial=start, total=cfg.iterations, desc=f"train {model_choice.name}", disable=not progress, mininterval=1.0)
+    # Started after the resume, so that it cuts from the restored sampler state; closed in finally.
+    batches = BatchStream(sampler, depth=cfg.prefetch, pin_device=device if device.type == "cuda" else None)
     try:
-        model.train()
+        net.train()
         for it in bar:
             for g in opt.param_groups:
                 g["lr"] = lr_at(it, cfg)
-            blur, gt = (torch.from_numpy(a).to(device) for a in sampler.next_batch())
+            blur, gt = (t.to(device, non_blocking=True) for t in batches.next())
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
-                outputs = as_outputs(model(blur))
+                outputs = as_outputs(net(blur))
             loss = restoration_loss([o.float() for o in outputs], gt, fft_weight=cfg.fft_weight)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"loss became {loss.item()} at iteration {it}; lower train.lr or check the data")
@@ -278,37 +550,51 @@ def train(
             if cfg.grad_clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
+            _sync_buffers(model, ranks)
             ema_update(ema, model, ema_decay_at(it, cfg.ema_decay))
+            loss_value, stopping = _agree(loss, stop.signum is not None, ranks)
             done = it + 1
-            bar.set_postfix(loss=f"{loss.item():.4f}", lr=f"{lr_at(it, cfg):.1e}", refresh=False)
-            val_psnr = ""
-            if val is not None and (done % cfg.val_every == 0 or done == cfg.iterations):
-                val_psnr = f"{_validate(ema, val, device):.4f}"
-            if done % cfg.log_every == 0 or val_psnr or done == cfg.iterations:
-                log.writerow([done, f"{loss.item():.6f}", f"{lr_at(it, cfg):.3e}", val_psnr, f"{time.perf_counter() - t0:.2f}"])
-                log_fh.flush()
+            bar.set_postfix(loss=f"{loss_value:.4f}", lr=f"{lr_at(it, cfg):.1e}", refresh=False)
+            if log_fh is not None:
+                val_psnr = ""
+                if val is not None and (done % cfg.val_every == 0 or done == cfg.iterations):
+                    val_psnr = f"{_validate(ema, val, device):.4f}"
+                if done % cfg.log_every == 0 or val_psnr or done == cfg.iterations:
+                    log.writerow([done, f"{loss_value:.6f}", f"{lr_at(it, cfg):.3e}", val_psnr, f"{time.perf_counter() - t0:.2f}"])
+                    log_fh.flush()
             if done % cfg.checkpoint_every == 0 or done == cfg.iterations:
                 checkpoint(done)
-            if stop.signum is not None:
+            if stopping:
                 checkpoint(done)
-                raise Interrupted(f"received signal {stop.signum} at iteration {done}; checkpoint written to {ckpt_path}")
+                raise Interrupted(f"received signal {stop.signum or 'on another rank'} at iteration {done}; checkpoint written to {ckpt_path}")
     finally:
+        batches.close()
         bar.close()
-        log_fh.close()
+        if log_fh is not None:
+            log_fh.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
-    final = {
-        "version": CHECKPOINT_VERSION,
-        "spec": spec,
-        "state_dict": ema.state_dict(),
-        "iterations": cfg.iterations,
-        "train_config": asdict(cfg),
-        "levels": levels,
-        "data_dir": str(data_dir),
-        "provenance": provenance.collect(device),
-    }
-    save_checkpoint(final_path, final)
+    # The EMA follows the synchronised weights and buffers, so it must agree on every rank; a
+    # mismatch would mean model.pt depends on which rank wrote it.
+    digests = _gather(weights_digest(ema.state_dict()), ranks)
+    if len(set(digests)) != 1:
+        raise RuntimeError(f"EMA weights differ between the {ranks.world} processes (digests {digests}); model.pt not written")
+    if ranks.main:
+        final = {
+            "version": CHECKPOINT_VERSION,
+            "spec": spec,
+            "state_dict": ema.state_dict(),
+            "weights_sha256": digests[0],
+            "world_size": ranks.world,
+            "iterations": cfg.iterations,
+            "train_config": asdict(cfg),
+            "levels": levels,
+            "data_dir": str(data_dir),
+            "provenance": provenance.collect(device),
+        }
+        save_checkpoint(final_path, final)
+    _barrier(ranks)
     return final_path
 
 

@@ -20,7 +20,9 @@ rule train:
             {k: v for k, v in config["methods"][wc.method].items() if k != "label"}
         ),
         levels=lambda wc: config["datasets"][wc.dataset]["train_levels"],
-        train=canonical(config["train"]),
+        # prefetch only changes speed, not results: kept out of params so that changing it
+        # does not retrain; the script reads it from the config.
+        train=canonical({k: v for k, v in config["train"].items() if k != "prefetch"}),
         scale=config["scale"],
         seed=config["seed"],
         device=config["device"],

@@ -12,7 +12,9 @@ from dgno.train import ModelChoice, TrainConfig, train  # noqa: E402
 
 sm = snakemake  # noqa: F821
 method = sm.params.method
-cfg = TrainConfig.from_dict({**sm.params.train, "seed": sm.params.seed, "device": sm.params.device})
+# prefetch is not a param: it does not change results, so changing it must not trigger a retrain.
+prefetch = sm.config["train"]["prefetch"]  # the schema fills in its default
+cfg = TrainConfig.from_dict({**sm.params.train, "prefetch": prefetch, "seed": sm.params.seed, "device": sm.params.device})
 train(
     Path(sm.input.split).parent,
     Path(sm.output.model).parent,

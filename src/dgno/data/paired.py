@@ -110,7 +110,7 @@ class CropSampler:
     resumed run sees exactly the batches an uninterrupted run would have seen.
     """
 
-    def __init__(self, pairs: list[Pair], *, patch: int, batch_size: int, seed: int, augment: bool = True):
+    def __init__(self, pairs: list[Pair], *, patch: int, batch_size: int, seed: int | np.random.SeedSequence, augment: bool = True):
         if not pairs:
             raise ValueError("CropSampler needs at least one image pair")
         small = [p for p in pairs if min(p.gt.shape[:2]) < patch]
