@@ -235,18 +235,19 @@ class _ChunkTooLong(Exception):
 
 
 def _softplus(x: Tensor) -> Tensor:
-    """softplus(x) = max(x, 0) + log1p(e^{−|x|}), with log1p(y) = y · log(u)/(u − 1), u = 1 + y (Kahan).
+    """softplus(x) = max(x, 0) + log1p(e^{−|x|}), with log1p(y) = log(u) + (y − (u − 1)), u = 1 + y.
 
     Same values as ``F.softplus`` to a few ulp, but built from vectorised exp/log: torch's CPU
-    log1p/softplus kernels are scalar and cost several times a whole scan block.  The ratio
-    log(u)/(u − 1) → 1 as u → 1; adding the smallest normal number to both terms makes the
-    u == 1 case (y below half an ulp of 1) exactly 1 instead of 0/0.
+    log1p/softplus kernels are scalar and cost several times a whole scan block.  u − 1 is exact,
+    so c = y − (u − 1) is the rounding error of u, and log(1 + y) = log(u) + log(1 + c/u); the
+    correction c replaces c/u (they differ by c·y/u ≤ |c|·y, under an ulp of log1p(y) ≈ y).  When
+    y is below half an ulp of 1, u == 1 and the result is exactly y.  Ten passes, no division.
     """
-    tiny = torch.finfo(x.dtype).tiny
-    y = x.abs().mul_(-LOG2E).exp2_()  # e^{−|x|}
+    pos = x.clamp(min=0)
+    y = torch.sub(x, pos, alpha=2).mul_(LOG2E).exp2_()  # x − 2 max(x, 0) = −|x|, exactly; y = e^{−|x|}
     u = y + 1
-    ratio = torch.log(u).add_(tiny).div_(u.sub_(1).add_(tiny))
-    return y.mul_(ratio).add_(x.clamp(min=0))
+    c = y.sub_(u - 1)  # rounding error of 1 + y
+    return torch.log(u).add_(c).add_(pos)
 
 
 class _ChunkedScan(torch.autograd.Function):
@@ -266,7 +267,7 @@ class _ChunkedScan(torch.autograd.Function):
     Work is done in blocks of K whole chunks in the layout (b, T, K, G, N, d/G) — token within
     chunk, chunk, state — so per-token inputs broadcast over contiguous channels, the chunk
     cumsum adds contiguous slices, y = C·h is one batched matmul, and a block stays in cache.
-    Everything per token (bias, softplus, the layout changes, D u) is done for several state
+    Everything per token (bias, softplus, the layout changes, σ) is done for several state
     blocks at once (``_Tokens``): those arrays are N times smaller, and their many small
     operations cost more in dispatch than in arithmetic.  The backward pass runs the adjoint
     recurrence λ_t = C_t g_t + exp(Δ_{t+1} A) λ_{t+1} the same way from the end, recomputing the
@@ -279,25 +280,29 @@ class _ChunkedScan(torch.autograd.Function):
         # u, delta: (b, d, L); A: (d, N); B4, C4: (b, G, N, L); D, bias: (d,) or None
         plan = _Plan(u, delta, A, B4, C4, D, bias, softplus, T, block_elems)
         starts = u.new_zeros(plan.b, plan.n_chunks + 1, *plan.state)  # h at every chunk start (and the end)
-        y = u.new_empty(plan.b, plan.d, plan.Lp)
+        # y is written token-major, (b, Lp, d) — whole rows of d channels, the block layout's order —
+        # and returned as the transposed (b, d, L) view: writing each block into a (b, d, L) array
+        # (rows a power-of-two stride apart) took about a tenth of the CPU forward.
+        y = u.new_empty(plan.b, plan.Lp, plan.d)
         work = (u.new_empty(plan.block_numel), u.new_empty(plan.block_numel))  # reused block buffers
         for s0, s1 in plan.token_blocks():
             tok = _Tokens(plan, s0, s1, check=True)
-            y_tok = u.new_empty(plan.b, T, s1 - s0, plan.g, plan.hd)
+            y_tok = y[:, s0 * T : s1 * T].view(plan.b, s1 - s0, T, plan.d).transpose(1, 2)  # (b, T, S, d)
             for k0, k1 in plan.state_blocks(s1 - s0):
                 blk = _Block(plan, tok, k0, k1, work)
                 h_s = starts[:, s0 + k0 : s0 + k1 + 1].unbind(1)
                 for k, (end, decay) in enumerate(zip(blk.local_end.unbind(1), blk.chunk_decay.unbind(1))):
                     torch.addcmul(end, decay, h_s[k], out=h_s[k + 1])  # h_start(k+1) = decay_k · h_start(k) + end_k
                 h = blk.states(starts[:, s0 + k0 : s0 + k1])  # (b, T, K, G, N, hd)
-                y_tok[:, :, k0:k1] = _contract_state(blk.C, h)  # y_t = Σ_n C_t[n] h_t[n]
-            out = plan.store(y, s0, s1, y_tok)
-            if D is not None:
-                out.addcmul_(plan.D, tok.seq(plan.u))
+                y_blk = _contract_state(blk.C, h).flatten(3)  # y_t = Σ_n C_t[n] h_t[n], (b, T, K, d)
+                if D is None:
+                    y_tok[:, :, k0:k1] = y_blk
+                else:  # + D u, while u is at hand in the block layout
+                    torch.addcmul(y_blk, tok.u[:, :, k0:k1].flatten(3), plan.Dd, out=y_tok[:, :, k0:k1])
         ctx.save_for_backward(u, delta, A, B4, C4, D, bias, starts)
         ctx.softplus, ctx.T, ctx.block_elems = softplus, T, block_elems
         last = starts[:, -1].transpose(-1, -2).reshape(plan.b, plan.d, plan.n)  # (b, d, N), a copy
-        return y[..., : plan.L], last
+        return y.transpose(1, 2)[..., : plan.L], last
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -379,7 +384,7 @@ class _Plan:
         self.At2 = self.At * LOG2E  # A in base-2 units: exp(Ax) = exp2(A log2(e) x)
         self.alpha = A.abs().amax(1)  # (d,) max_n |A_dn|, bounds the exponents
         self.u, self.delta, self.B, self.C = (self.pad(x) for x in (u, delta, B4, C4))
-        self.D = None if D is None else D.view(self.d, 1, 1)
+        self.Dd = D  # (d,): D u is added in the block layout (…, d)
         self.bias = None if bias is None else bias.view(self.d, 1, 1)
         self.softplus = softplus
 
@@ -412,7 +417,7 @@ class _Tokens:
     def __init__(self, plan: _Plan, c0: int, c1: int, *, check: bool, for_backward: bool = False) -> None:
         self.plan, self.c0, self.c1 = plan, c0, c1
         T, m = plan.T, (plan.T - 1) // 2
-        # Δ and its within-chunk cumulative sum σ, along the contiguous token axis: (b, d, S, T)
+        # Δ along the contiguous token axis, (b, d, S, T), then in the block layout with u
         x = self.seq(plan.delta)
         if plan.bias is not None:
             x = x + plan.bias
@@ -420,25 +425,25 @@ class _Tokens:
         if c1 == plan.n_chunks and plan.Lp > plan.L:  # padding: Δ = 0 keeps the last state h_L
             dt = dt.clone()
             dt.view(plan.b, plan.d, -1)[..., plan.L - c0 * T :] = 0
-        sig = dt.cumsum(-1)
-        rho = sig - sig[..., m : m + 1]  # σ_t − σ_m
+        # Δ and u are brought to the block layout first (two transposes either way), so the
+        # within-chunk cumsum σ, σ − σ_m and Δ u are computed there, without further layout changes.
+        dt = self.tokens(dt, per="channel", blocked=True)  # (b, T, S, G, 1, hd)
+        u_tok = self.tokens(plan.u, per="channel")
+        sig = _cumsum_tokens(dt)
+        rho = sig - sig[:, m : m + 1]  # σ_t − σ_m
         if check and T > 1 and not dt.is_meta:  # meta tensors (FLOP counting) have no values to check
             # σ is monotone when Δ = softplus(·) ≥ 0: the extremes are at the chunk's ends
-            span = (
-                torch.maximum(-rho[..., 0], rho[..., -1]).amax((0, 2)) if plan.softplus else rho.abs().amax((0, 2, 3))
-            )
-            if float((span * plan.alpha).amax()) > EXP_LIMIT:
+            span = torch.maximum(-rho[:, 0], rho[:, -1]).amax((0, 1)) if plan.softplus else rho.abs().amax((0, 1, 2))
+            if float((span.reshape(-1) * plan.alpha).amax()) > EXP_LIMIT:
                 raise _ChunkTooLong
         self.B = self.tokens(plan.B, per="state")  # (b, T, S, G, N, 1)
         self.C = self.tokens(plan.C, per="state")
-        self.du = self.tokens(dt * self.seq(plan.u), per="channel", blocked=True)  # (b, T, S, G, 1, hd)
-        self.rho = self.tokens(rho, per="channel", blocked=True)
-        sig_m = self.tokens(sig[..., m : m + 1], per="channel", blocked=True)  # (b, 1, S, G, 1, hd)
-        self.r = sig_m.mul(plan.At2).exp2_()  # (b, 1, S, G, N, hd): decay chunk start → m
+        self.u = u_tok
+        self.du = dt * u_tok  # (b, T, S, G, 1, hd)
+        self.rho = rho
+        self.r = sig[:, m : m + 1].mul(plan.At2).exp2_()  # (b, 1, S, G, N, hd): decay chunk start → m
         if for_backward:
-            self.x = x
-            self.dt = self.tokens(dt, per="channel", blocked=True)
-            self.u = self.tokens(plan.u, per="channel")
+            self.x, self.dt = x, dt
 
     def seq(self, x: Tensor) -> Tensor:
         """This token block of a (b, d, Lp) sequence as a (b, d, S, T) view."""
@@ -454,7 +459,7 @@ class _Tokens:
         p, k = self.plan, self.c1 - self.c0
         xs = x if blocked else x[..., self.c0 * p.T : self.c1 * p.T].unflatten(-1, (k, p.T))
         if per == "channel":  # (b, d, S, T')
-            return xs.permute(0, 3, 2, 1).contiguous().view(p.b, xs.shape[-1], k, p.g, 1, p.hd)
+            return _channels_last(xs).view(p.b, xs.shape[-1], k, p.g, 1, p.hd)
         return xs.permute(0, 4, 3, 1, 2).contiguous().view(p.b, p.T, k, p.g, p.n, 1)  # (b, G, N, S, T)
 
 
@@ -469,9 +474,12 @@ class _Block:
         self.r = tok.r[:, :, k0:k1]
         self.E = torch.mul(tok.rho[:, :, k0:k1], plan.At2, out=E).exp2_()  # (b, T, K, G, N, hd): exp(A(σ_t − σ_m))
         # q_t = Σ_{k≤t} Δ_k u_k B_k / E_k, as a cumsum within groups of t2 tokens plus the group
-        # offsets, which are added later together with the carried chunk-start state (one pass).
-        self.q = torch.mul(self.du, self.B, out=q).div_(self.E)
-        self.group_totals = _group_cumsum_(self.q, _group_size(T))  # (b, T/t2, K, G, N, hd)
+        # offsets.  Only the group totals are needed before the carry (a read-only reduction);
+        # ``states`` adds each group's offset to its first token and then runs the within-group
+        # cumsum, which saves a full pass over the block compared with adding the offsets after.
+        self.q = torch.mul(self.du, self.B, out=q).div_(self.E)  # Δ_t u_t B_t / E_t, not yet summed
+        self.t2 = _group_size(T)
+        self.group_totals = self.q.unflatten(1, (T // self.t2, self.t2)).sum(2)  # (b, T/t2, K, G, N, hd)
         E_end = self.E[:, T - 1]  # (b, K, G, N, hd)
         self.chunk_decay = self.r[:, 0] * E_end  # exp(A σ_end): decay over the whole chunk
         self.local_end = E_end * self.group_totals.sum(1)  # chunk-end state from a zero start
@@ -479,14 +487,53 @@ class _Block:
     def states(self, h_start: Tensor) -> Tensor:
         """h_t = E_t (r h_start + q_t) for every token of the block, h_start (b, K, G, N, hd); consumes q."""
         totals = self.group_totals
-        # exclusive prefix sum of the group totals (shifted, not inclusive − own: later terms are
-        # exponentially larger, so that subtraction would cancel catastrophically)
-        offsets = (self.r * h_start.unsqueeze(1)).expand_as(totals).clone()  # (b, T/t2, K, G, N, hd)
-        offsets[:, 1:] += totals[:, :-1].cumsum(1)
-        q = self.q.unflatten(1, (totals.shape[1], -1))  # (b, T/t2, t2, K, G, N, hd)
-        h = q.add_(offsets.unsqueeze(2)).mul_(self.E.unflatten(1, (totals.shape[1], -1))).flatten(1, 2)
+        first = self.q.unflatten(1, (totals.shape[1], self.t2))[:, :, 0]  # (b, T/t2, K, G, N, hd)
+        # group offsets r h_start + (exclusive prefix sum of the group totals), added to each
+        # group's first token before its cumsum.  Shifted, not inclusive − own: later terms are
+        # exponentially larger, so that subtraction would cancel catastrophically.
+        first.add_(self.r * h_start.unsqueeze(1))
+        first[:, 1:] += totals[:, :-1].cumsum(1)
+        _group_cumsum_(self.q, self.t2)
+        h = self.q.mul_(self.E)
         del self.q, self.group_totals
         return h
+
+
+def _channels_last(x: Tensor) -> Tensor:
+    """x (b, d, S, T) → contiguous (b, T, S, d), through 2-D transposes of each batch element.
+
+    A direct permuted copy reads d rows a power-of-two stride apart, one element per cache line,
+    and is 3–5× slower on CPU than torch's cache-blocked 2-D transpose (used by ``copy_`` when the
+    source is the transpose of a contiguous matrix); the remaining (S, T) → (T, S) swap moves
+    whole contiguous rows of d elements.
+    """
+    b, d, S, T = x.shape
+    if x.is_cuda or T == 1 or S == 1:
+        return x.permute(0, 3, 2, 1).contiguous()
+    x = x.contiguous()
+    rows = x.new_empty(b, S * T, d)  # (b, S·T, d)
+    for i in range(b):
+        rows[i].copy_(x[i].view(d, S * T).t())
+    return rows.view(b, S, T, d).transpose(1, 2).contiguous()
+
+
+def _cumsum_tokens(x: Tensor) -> Tensor:
+    """Cumulative sum over the token axis 1 of a (b, T, ...) block, as a new tensor.
+
+    On CPU two-level, like ``_group_cumsum_`` (``torch.cumsum`` over a non-innermost axis is
+    several times slower): t2 − 1 slice additions inside groups of t2 ≈ √T tokens, then T/t2 − 1
+    to add each group's predecessor's total, about 2√T operations instead of T − 1.  On CUDA one
+    cumsum kernel.
+    """
+    if x.is_cuda:
+        return x.cumsum(1)
+    out = x.clone()
+    t2 = _group_size(x.shape[1])
+    _group_cumsum_(out, t2)
+    groups = out.unflatten(1, (x.shape[1] // t2, t2)).unbind(1)  # (b, t2, ...) each
+    for prev, cur in zip(groups, groups[1:]):
+        cur.add_(prev[:, t2 - 1 :])
+    return out
 
 
 def _contract_state(v: Tensor, h: Tensor) -> Tensor:
