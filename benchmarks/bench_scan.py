@@ -1,20 +1,23 @@
 """Time the chunked pure-PyTorch selective scan against the sequential reference.
 
 Usage: python benchmarks/bench_scan.py OUT_JSON [--lengths 4096 65536] [--backward-lengths 1024]
-                                        [--threads 1] [--repeats 5] [--device cpu|cuda]
+                                        [--threads 1 2] [--repeats 5] [--device cpu|cuda]
 
 The scan is set up as in MambaIRv2's ASSM at the paper's first encoder level: d = 2·48 = 96
 channels, d_state N = 8, one B/C group (the 4-D layout), A = −(1…N) (S4D-real init), Δ = softplus(δ +
 bias) with the bias drawn like mamba's dt init (softplus⁻¹ of log-uniform [1e-3, 0.1]), D = 1,
 batch 1, fixed seed.  For each length L the fast scan is warmed up and timed ``repeats`` times
-(best time: the least disturbed by other processes on a shared machine), the reference once
-(it runs seconds), both forward only under ``torch.no_grad``; the max |difference| is reported.
+and the reference ``reference_repeats`` times (best time of each: the least disturbed by other
+processes on a shared machine, where single runs of the reference varied by 1.8×), both forward
+only under ``torch.no_grad``; the max |difference| is reported.
 For ``--backward-lengths`` forward + backward are timed the same way and the largest gradient
 difference (relative to the gradient's max) over all inputs is reported; the reference's autograd
 through per-token slices grows quadratically, hence the short default length.
 On CUDA the reference is run on the CPU (its Python loop is launch-bound on a GPU) and ``mamba_ssm``
-is timed too when it imports.  The JSON records device, threads and versions, so numbers from
-different machines are never compared by accident.
+is timed too when it imports.  ``--threads 1 2`` repeats every case with each torch thread count
+(the sequential reference cannot use more than one; the fast scan splits each block's tensor
+operations over the threads); every case records its thread count.  The JSON records device and
+versions, so numbers from different machines are never compared by accident.
 """
 
 from __future__ import annotations
@@ -87,12 +90,9 @@ def best_time(fn, repeats: int, device: str) -> tuple[float, torch.Tensor]:
 
 def machine(device: str) -> dict:
     info = {
-        "device": (
-            torch.cuda.get_device_name() if device == "cuda" else f"cpu ({platform.processor() or platform.machine()})"
-        ),
+        "device": (torch.cuda.get_device_name() if device == "cuda" else f"cpu ({platform.processor() or platform.machine()})"),
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "load_average": os.getloadavg(),
         "python": platform.python_version(),
@@ -102,7 +102,8 @@ def machine(device: str) -> dict:
     return info
 
 
-def main(out_path: str, lengths: list[int], backward_lengths: list[int], repeats: int, device: str) -> dict:
+def run_cases(lengths: list[int], backward_lengths: list[int], repeats: int, reference_repeats: int, device: str) -> list[dict]:
+    """Forward cases for ``lengths`` and forward+backward cases for ``backward_lengths``."""
     cases = []
     with torch.no_grad():
         for L in lengths:
@@ -110,7 +111,7 @@ def main(out_path: str, lengths: list[int], backward_lengths: list[int], repeats
             scan(inputs, "torch")  # warm-up
             t_fast, fast = best_time(lambda: scan(inputs, "torch"), repeats, device)
             cpu_inputs = {k: v.cpu() for k, v in inputs.items()}
-            t_ref, ref = best_time(lambda: scan(cpu_inputs, "reference"), 1, "cpu")
+            t_ref, ref = best_time(lambda: scan(cpu_inputs, "reference"), reference_repeats, "cpu")
             case = {
                 "tokens": L,
                 "pass": "forward",
@@ -141,28 +142,44 @@ def main(out_path: str, lengths: list[int], backward_lengths: list[int], repeats
         grads(inputs, "torch")  # warm-up
         t_fast, g_fast = best_time(lambda: grads(inputs, "torch"), repeats, device)
         cpu_inputs = {k: v.cpu() for k, v in inputs.items()}
-        t_ref, g_ref = best_time(lambda: grads(cpu_inputs, "reference"), 1, "cpu")
+        t_ref, g_ref = best_time(lambda: grads(cpu_inputs, "reference"), reference_repeats, "cpu")
         rel = {k: float((g_fast[k].cpu() - g_ref[k]).abs().max() / g_ref[k].abs().max()) for k in g_ref}
-        cases.append(
-            {
-                "tokens": L,
-                "pass": "forward+backward",
-                "torch_s": t_fast,
-                "reference_s": t_ref,
-                "reference_device": "cpu",
-                "speedup": t_ref / t_fast,
-                "max_rel_grad_error": max(rel.values()),
-                "rel_grad_error": rel,
-            }
-        )
+        case = {
+            "tokens": L,
+            "pass": "forward+backward",
+            "torch_s": t_fast,
+            "reference_s": t_ref,
+            "reference_device": "cpu",
+            "speedup": t_ref / t_fast,
+            "max_rel_grad_error": max(rel.values()),
+            "rel_grad_error": rel,
+        }
+        if device == "cuda" and mamba_selective_scan_fn() is not None:
+            grads(inputs, "mamba_ssm")
+            t_mamba, g_mamba = best_time(lambda: grads(inputs, "mamba_ssm"), repeats, device)
+            rel_m = {k: float((g_mamba[k].cpu() - g_ref[k]).abs().max() / g_ref[k].abs().max()) for k in g_ref}
+            case["mamba_ssm_s"] = t_mamba
+            case["mamba_ssm_max_rel_grad_error"] = max(rel_m.values())
+        cases.append(case)
         print(
             f"L={L} fwd+bwd: torch {t_fast:.4f}s  reference {t_ref:.3f}s  max rel grad err {max(rel.values()):.1e}",
             flush=True,
         )
+    return cases
+
+
+def main(
+    out_path: str, lengths: list[int], backward_lengths: list[int], repeats: int, reference_repeats: int, device: str, threads: list[int]
+) -> dict:
+    cases = []
+    for n in threads:
+        torch.set_num_threads(n)
+        print(f"torch threads: {n}", flush=True)
+        cases += [{**case, "threads": n} for case in run_cases(lengths, backward_lengths, repeats, reference_repeats, device)]
     result = {
         "benchmark": "selective_scan",
         "device_kind": device,
-        "timing": f"best of {repeats} (torch backend, after warm-up), reference once; float32",
+        "timing": f"best of {repeats} (torch backend, after warm-up), best of {reference_repeats} (reference); float32",
         "target": "speed-up >= 20 at 65536 tokens with max abs error <= 1e-4 (CPU)",
         "machine": machine(device),
         "cases": cases,
@@ -177,9 +194,16 @@ if __name__ == "__main__":
     parser.add_argument("--lengths", type=int, nargs="+", default=[4096, 65536])
     parser.add_argument("--backward-lengths", type=int, nargs="*", default=[1024])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--reference-repeats", type=int, default=3, help="timed runs of the (slow) reference; best is kept")
+    parser.add_argument("--threads", type=int, nargs="+", default=None, help="torch intra-op thread counts (default: torch's)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    main(args.out_json, args.lengths, args.backward_lengths, args.repeats, args.device)
+    main(
+        args.out_json,
+        args.lengths,
+        args.backward_lengths,
+        args.repeats,
+        args.reference_repeats,
+        args.device,
+        args.threads or [torch.get_num_threads()],
+    )

@@ -17,7 +17,9 @@ from dgno.models.registry import build_model
 
 
 def test_cost_table_counts_every_method_and_size():
-    frame = cost_table({"gg": {"model": "gg"}, "cell": {"model": "dgno-cell", "overrides": {"flux": "jump"}}}, sizes=[32, 64], scale="smoke")
+    frame = cost_table(
+        {"gg": {"model": "gg"}, "cell": {"model": "dgno-cell", "overrides": {"flux": "jump"}}}, sizes=[32, 64], scale="smoke"
+    )
     assert list(frame["method"]) == ["gg", "gg", "cell", "cell"]
     assert list(frame["size"]) == [32, 64, 32, 64]
     gg = frame[frame["method"] == "gg"]
@@ -48,7 +50,13 @@ def test_measured_points_need_every_level_and_a_count():
             {"dataset": "d", "method": "b", "level": "z1", "psnr": 29.0},  # z2 missing
         ]
     )
-    sizes = pd.DataFrame([{"method": "a", "scale": "demo", "params_m": 0.5}, {"method": "a", "scale": "paper", "params_m": 9.0}, {"method": "b", "scale": "demo", "params_m": 0.2}])
+    sizes = pd.DataFrame(
+        [
+            {"method": "a", "scale": "demo", "params_m": 0.5},
+            {"method": "a", "scale": "paper", "params_m": 9.0},
+            {"method": "b", "scale": "demo", "params_m": 0.2},
+        ]
+    )
     out = measured_psnr_params(summaries, sizes, dataset="d", levels=["z1", "z2"], scale="demo", labels={"a": "A", "b": "B"})
     assert out.to_dict("records") == [{"label": "A", "method": "a", "params_m": 0.5, "psnr": 31.0, "source": "this run, demo scale"}]
 
@@ -56,14 +64,75 @@ def test_measured_points_need_every_level_and_a_count():
 def test_bench_files_of_both_layouts_are_read_with_device(tmp_path):
     prov = {"device": "cuda: Test GPU"}
     (tmp_path / "fwd.json").write_text(
-        json.dumps({"results": [{"kind": "forward", "model": "dgno-cell", "scale": "paper", "size": 128, "batch": 1, "images_per_second": 10.0, "peak_memory_mb": 100.0, "provenance": prov}]})
+        json.dumps(
+            {
+                "results": [
+                    {
+                        "kind": "forward",
+                        "model": "dgno-cell",
+                        "scale": "paper",
+                        "size": 128,
+                        "batch": 1,
+                        "images_per_second": 10.0,
+                        "peak_memory_mb": 100.0,
+                        "provenance": prov,
+                    }
+                ]
+            }
+        )
     )
     (tmp_path / "train.json").write_text(
-        json.dumps({"results": [{"kind": "train", "model": "gg", "scale": "paper", "size": 256, "batch": 8, "iterations_per_second": 2.0, "peak_memory_mb": 5.0, "provenance": prov}]})
+        json.dumps(
+            {
+                "results": [
+                    {
+                        "kind": "train",
+                        "model": "gg",
+                        "scale": "paper",
+                        "size": 256,
+                        "batch": 8,
+                        "iterations_per_second": 2.0,
+                        "peak_memory_mb": 5.0,
+                        "provenance": prov,
+                    }
+                ]
+            }
+        )
     )
-    (tmp_path / "cpu.json").write_text(json.dumps({"device": "cpu: X", "settings": {"forward_size": 256}, "models": {"nafnet": {"forward_s": 0.5, "peak_rss_mb": 900.0}}}))
+    (tmp_path / "cpu.json").write_text(
+        json.dumps({"device": "cpu: X", "settings": {"forward_size": 256}, "models": {"nafnet": {"forward_s": 0.5, "peak_rss_mb": 900.0}}})
+    )
+    (tmp_path / "backends.json").write_text(
+        json.dumps(
+            {
+                "device": "cuda: Test GPU",
+                "scan_backends": ["torch", "mamba_ssm"],
+                "forward": [
+                    {"model": "dgno-cell", "size": 256, "scan_backend": b, "images_per_second": ips, "peak_memory_mb": 9.0}
+                    for b, ips in (("torch", 15.0), ("mamba_ssm", 30.0))
+                ],
+                "train": [
+                    {
+                        "kind": "train",
+                        "model": "dgno-cell",
+                        "scale": "paper",
+                        "size": 256,
+                        "batch": 8,
+                        "iterations_per_second": 5.0,
+                        "scan_backend": "mamba_ssm",
+                        "provenance": prov,
+                    }
+                ],
+            }
+        )
+    )
     (tmp_path / "other.json").write_text(json.dumps([1, 2]))
     frame = load_bench_results(sorted(tmp_path.glob("*.json")))
+    backends = frame[frame["file"] == "backends.json"]
+    fwd = backends[backends["kind"] == "forward"].set_index("model")["images_per_second"].to_dict()
+    assert fwd == {"dgno-cell [scan: torch]": 15.0, "dgno-cell [scan: mamba_ssm]": 30.0}  # one row per backend, not averaged
+    assert backends[backends["kind"] == "train"]["model"].tolist() == ["dgno-cell [scan: mamba_ssm]"]
+    frame = frame[frame["file"] != "backends.json"]
     by = frame.set_index("file")
     assert by.loc["fwd.json", "device"] == "cuda: Test GPU" and by.loc["fwd.json", "memory"].startswith("CUDA")
     assert by.loc["train.json", "images_per_second"] == 16.0  # batch × iterations/s

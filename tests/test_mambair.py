@@ -49,11 +49,7 @@ def test_gradients_reach_every_parameter(block):
     block.train()
     x = torch.randn(2, 12, 6, 5, requires_grad=True)
     (block(x) ** 2).mean().backward()
-    missing = [
-        n
-        for n, p in block.named_parameters()
-        if p.grad is None or not torch.isfinite(p.grad).all() or p.grad.abs().sum() == 0
-    ]
+    missing = [n for n, p in block.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all() or p.grad.abs().sum() == 0]
     assert not missing, f"no gradient for {missing}"
     assert x.grad is not None and torch.isfinite(x.grad).all()
 
@@ -124,3 +120,25 @@ def test_gdfn_shape():
 def test_bad_scan_backend_is_named():
     with pytest.raises(ValueError, match=r"'cuda'.*allowed"):
         ASSM(dim=12, scan_backend="cuda")
+
+
+def test_set_scan_backend_switches_every_assm_of_a_model():
+    """One call moves every ASSM of a registry model to a backend; the output does not change."""
+    from dgno.layers.mambair import set_scan_backend
+    from dgno.models.registry import build_model
+
+    torch.manual_seed(0)
+    model = build_model("dgno-cell", scale="smoke", encoder_block="assm").eval()
+    x = torch.rand(1, 1, 16, 16)
+    with torch.no_grad():
+        fast = model(x)
+        n = set_scan_backend(model, "reference")
+        ref = model(x)
+    assms = [m for m in model.modules() if isinstance(m, ASSM)]
+    assert n == len(assms) > 0 and {m.scan_backend for m in assms} == {"reference"}
+    for a, b in zip(fast if isinstance(fast, list) else [fast], ref if isinstance(ref, list) else [ref], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"'gpu'.*allowed"):
+        set_scan_backend(model, "gpu")
+    with pytest.raises(ValueError, match="no selective-scan"):
+        set_scan_backend(build_model("nafnet", scale="smoke"), "torch")

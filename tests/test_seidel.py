@@ -13,6 +13,7 @@ from dgno.optics.seidel import (
     SeidelGenerator,
     max_pupil_slope,
     seidel_psf,
+    seidel_wavefront,
     suggest_psf_size,
 )
 
@@ -141,3 +142,19 @@ def test_calibration_recovers_known_coefficients():
         assert abs(getattr(fit.coeffs, name) - getattr(truth, name)) <= 0.03, name
     fields = torch.tensor([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
     assert psf_error(COEFFS, fit.coeffs, fields=fields, psf_size=size) <= 0.10
+
+
+@pytest.mark.parametrize("max_field", [0.0, 0.7, 1.42])
+def test_max_pupil_slope_matches_a_full_pupil_scan(max_field):
+    """The vectorised half-pupil evaluation equals the plain loop over the 9 field radii on the full grid."""
+    axis = torch.linspace(-1.0, 1.0, 65, dtype=torch.float64)
+    uy, ux = torch.meshgrid(axis, axis, indexing="ij")
+    for c in (COEFFS, SeidelCoefficients(W040=-0.2, W131=0.3, W222=-0.1, W220=0.05, W311=-0.2, W020=-0.15)):
+        best = 0.0
+        for h in torch.linspace(0.0, max_field, 9, dtype=torch.float64).tolist():
+            field = torch.tensor([h, 0.0], dtype=torch.float64)
+            w = seidel_wavefront(c.as_tensor(), field, ux.requires_grad_(True), uy.requires_grad_(True))
+            gx, gy = torch.autograd.grad(w.sum(), (ux, uy))
+            inside = ux.detach() ** 2 + uy.detach() ** 2 <= 1.0
+            best = max(best, float(torch.sqrt(gx * gx + gy * gy)[inside].max()))
+        assert max_pupil_slope(c, max_field) == pytest.approx(best, rel=1e-12)

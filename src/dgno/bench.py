@@ -17,6 +17,7 @@ import torch
 
 from dgno import provenance
 from dgno.io import write_json
+from dgno.layers.mambair import set_scan_backend
 from dgno.models.registry import build_model
 from dgno.train import as_outputs, pick_device, restoration_loss
 
@@ -63,11 +64,30 @@ def _timed(fn, device: torch.device, *, warmup: int, repeats: int) -> list[float
     return times
 
 
-def bench_forward(name: str, *, scale: str = "paper", size: int = 256, batch: int = 1, device: str = "auto", warmup: int = 1, repeats: int = 3, amp: bool = False) -> dict[str, Any]:
+def _build(name: str, scale: str, dev: torch.device, scan_backend: str | None) -> torch.nn.Module:
+    """The registry model on ``dev``, its ASSMs switched to ``scan_backend`` when one is given."""
+    torch.manual_seed(0)
+    model = build_model(name, scale=scale).to(dev)
+    if scan_backend is not None:
+        set_scan_backend(model, scan_backend)
+    return model
+
+
+def bench_forward(
+    name: str,
+    *,
+    scale: str = "paper",
+    size: int = 256,
+    batch: int = 1,
+    device: str = "auto",
+    warmup: int = 1,
+    repeats: int = 3,
+    amp: bool = False,
+    scan_backend: str | None = None,
+) -> dict[str, Any]:
     """Seconds per forward pass (median) and peak memory for a (batch, 1, size, size) input."""
     dev = pick_device(device)
-    torch.manual_seed(0)
-    model = build_model(name, scale=scale).to(dev).eval()
+    model = _build(name, scale, dev, scan_backend).eval()
     x = torch.rand(batch, 1, size, size, device=dev)
 
     def step():
@@ -83,6 +103,7 @@ def bench_forward(name: str, *, scale: str = "paper", size: int = 256, batch: in
         "size": size,
         "batch": batch,
         "amp_bf16": amp,
+        "scan_backend": scan_backend,
         "seconds": sec,
         "images_per_second": batch / sec,
         "peak_memory_mb": _peak_mb(dev),
@@ -91,11 +112,21 @@ def bench_forward(name: str, *, scale: str = "paper", size: int = 256, batch: in
     }
 
 
-def bench_train(name: str, *, scale: str = "demo", size: int = 128, batch: int = 1, device: str = "auto", warmup: int = 2, repeats: int = 5, amp: bool = False) -> dict[str, Any]:
+def bench_train(
+    name: str,
+    *,
+    scale: str = "demo",
+    size: int = 128,
+    batch: int = 1,
+    device: str = "auto",
+    warmup: int = 2,
+    repeats: int = 5,
+    amp: bool = False,
+    scan_backend: str | None = None,
+) -> dict[str, Any]:
     """Training iterations per second (forward + multi-scale loss + backward + AdamW step)."""
     dev = pick_device(device)
-    torch.manual_seed(0)
-    model = build_model(name, scale=scale).to(dev).train()
+    model = _build(name, scale, dev, scan_backend).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.rand(batch, 1, size, size, device=dev)
     y = torch.rand(batch, 1, size, size, device=dev)
@@ -116,6 +147,7 @@ def bench_train(name: str, *, scale: str = "demo", size: int = 128, batch: int =
         "size": size,
         "batch": batch,
         "amp_bf16": amp,
+        "scan_backend": scan_backend,
         "seconds_per_iteration": sec,
         "iterations_per_second": 1.0 / sec,
         "projected_hours_60k": 60000 * sec / 3600,

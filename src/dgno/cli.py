@@ -42,7 +42,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from dgno.evaluate import evaluate_checkpoint
 
-    summary = evaluate_checkpoint(args.checkpoint, args.data, args.level, args.out, tile=args.tile, overlap=args.overlap, with_lpips=not args.no_lpips)
+    summary = evaluate_checkpoint(
+        args.checkpoint, args.data, args.level, args.out, tile=args.tile, overlap=args.overlap, with_lpips=not args.no_lpips
+    )
     print(json.dumps({k: summary[k] for k in ("method", "level", "n_images", "psnr", "ssim", "lpips", "lpips_source")}, indent=2))
     return 0
 
@@ -97,11 +99,23 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     rows = []
     for model in args.models:
         for size in args.sizes:
-            r = fn(model, scale=args.scale, size=size, batch=args.batch, device=args.device, warmup=args.warmup, repeats=args.repeats, amp=args.bf16)
+            r = fn(
+                model,
+                scale=args.scale,
+                size=size,
+                batch=args.batch,
+                device=args.device,
+                warmup=args.warmup,
+                repeats=args.repeats,
+                amp=args.bf16,
+                scan_backend=args.scan_backend,
+            )
             rows.append(r)
             rate = r.get("images_per_second") or r.get("iterations_per_second")
             mem = r["peak_memory_mb"]
-            print(f"{args.kind:<8} {model:<12} {args.scale:<6} {size:>5}px batch {args.batch}: {rate:8.3f}/s  peak {mem if mem is None else round(mem)} MB  ({r['provenance']['device']})")
+            print(
+                f"{args.kind:<8} {model:<12} {args.scale:<6} {size:>5}px batch {args.batch}: {rate:8.3f}/s  peak {mem if mem is None else round(mem)} MB  ({r['provenance']['device']})"
+            )
     if args.out:
         write_results(rows, args.out)
         print(args.out)
@@ -166,6 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=1, help="untimed passes first (CUDA kernels, allocator); 0 is fine on CPU for big models")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (CUDA)")
+    p.add_argument(
+        "--scan-backend",
+        choices=["auto", "torch", "mamba_ssm", "reference"],
+        help="selective-scan backend of the ASSMs (DGNO, GG, LG, MambaIRv2); default: the model's own (auto)",
+    )
     p.add_argument("--out", help="JSON file for the results (e.g. results/bench/forward_cpu.json)")
     p.set_defaults(func=_cmd_bench)
 

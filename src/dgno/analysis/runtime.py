@@ -6,9 +6,13 @@ Two file layouts exist under ``benchmarks/results``:
   iterations_per_second, peak_memory_mb, provenance: {device}}, ...]}``; peak memory is CUDA's
   ``max_memory_allocated`` on GPUs and the process's peak RSS on CPUs;
 * ``benchmarks/bench_models.py`` output: ``{"device", "settings": {"forward_size"}, "models":
-  {name: {forward_s, peak_rss_mb}}}``: one paper-scale forward pass per model, peak RSS.
+  {name: {forward_s, peak_rss_mb}}}``: one paper-scale forward pass per model, peak RSS;
+* ``benchmarks/bench_gpu_backends.py`` output: ``{"device", "forward": [{model, size,
+  scan_backend, images_per_second, peak_memory_mb}], "train": [dgno bench train rows]}``.
 
-Both become rows with the file and device named, so no number is shown without its context.
+All become rows with the file and device named, so no number is shown without its context.  A row
+timed with an explicit selective-scan backend names it after the model ("dgno-cell [scan:
+mamba_ssm]"), so the two backends of one model are two rows, never averaged together.
 """
 
 from __future__ import annotations
@@ -26,6 +30,11 @@ def _memory_kind(device: str) -> str:
     return "CUDA max_memory_allocated" if device.startswith("cuda") else "process peak RSS (VmHWM)"
 
 
+def _model_label(r: dict) -> str:
+    backend = r.get("scan_backend")
+    return f"{r['model']} [scan: {backend}]" if backend else str(r["model"])
+
+
 def _bench_rows(path: Path, blob: dict) -> list[dict]:
     rows = []
     for r in blob["results"]:
@@ -39,7 +48,7 @@ def _bench_rows(path: Path, blob: dict) -> list[dict]:
                 "file": path.name,
                 "device": device,
                 "kind": r.get("kind", "forward"),
-                "model": r["model"],
+                "model": _model_label(r),
                 "scale": r.get("scale"),
                 "size": int(r["size"]),
                 "batch": int(r.get("batch", 1)),
@@ -74,6 +83,27 @@ def _models_rows(path: Path, blob: dict) -> list[dict]:
     ]
 
 
+def _backend_rows(path: Path, blob: dict) -> list[dict]:
+    device = blob.get("device", "unknown")
+    forward = [
+        {
+            "file": path.name,
+            "device": device,
+            "kind": "forward",
+            "model": _model_label(r),
+            "scale": "paper",
+            "size": int(r["size"]),
+            "batch": 1,
+            "amp_bf16": False,
+            "images_per_second": float(r["images_per_second"]),
+            "peak_memory_mb": r.get("peak_memory_mb"),
+            "memory": _memory_kind(device),
+        }
+        for r in blob["forward"]
+    ]
+    return forward + _bench_rows(path, {"results": blob.get("train", [])})
+
+
 def load_bench_results(paths: Iterable[str | Path]) -> pd.DataFrame:
     """All benchmark rows of the given JSON files; files of neither layout are skipped with a message."""
     rows: list[dict] = []
@@ -87,6 +117,8 @@ def load_bench_results(paths: Iterable[str | Path]) -> pd.DataFrame:
             rows += _bench_rows(p, blob)
         elif isinstance(blob, dict) and isinstance(blob.get("models"), dict):
             rows += _models_rows(p, blob)
+        elif isinstance(blob, dict) and isinstance(blob.get("forward"), list) and "scan_backends" in blob:
+            rows += _backend_rows(p, blob)
         else:
-            print(f"{p}: skipped, neither 'dgno bench' nor bench_models.py layout")
+            print(f"{p}: skipped, not a 'dgno bench', bench_models.py or bench_gpu_backends.py layout")
     return pd.DataFrame(rows, columns=COLUMNS)

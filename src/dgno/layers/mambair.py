@@ -203,6 +203,23 @@ def _init_dt_proj(dt_proj: nn.Linear, dt_min: float = 1e-3, dt_max: float = 0.1,
         dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus⁻¹(dt)
 
 
+def set_scan_backend(model: nn.Module, backend: Backend) -> int:
+    """Switch every ASSM in ``model`` to the selective-scan ``backend``; returns how many were switched.
+
+    The backend is a runtime choice, not part of a model's weights or spec, so a checkpoint trained
+    with ``mamba_ssm`` runs with the PyTorch scan and vice versa; benchmarks use this to time both on
+    the same weights.  Raises ValueError for an unknown backend or a model without an ASSM.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown scan_backend {backend!r}; allowed: {', '.join(map(repr, BACKENDS))}")
+    modules = [m for m in model.modules() if isinstance(m, ASSM)]
+    if not modules:
+        raise ValueError(f"{type(model).__name__} has no selective-scan (ASSM) modules")
+    for m in modules:
+        m.scan_backend = backend
+    return len(modules)
+
+
 def _take(x: Tensor, index: Tensor, *, dim: int) -> Tensor:
     """x permuted along ``dim`` (the token axis) by index (B, L), per batch element."""
     shape = [1] * x.dim()
