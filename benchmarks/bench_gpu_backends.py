@@ -32,7 +32,7 @@ from unittest import mock
 import torch
 
 from dgno import provenance
-from dgno.bench import _peak_mb, _reset_peak, _sync, bench_train
+from dgno.bench import _peak_mb, _sync, _timed, bench_train
 from dgno.io import write_json
 from dgno.layers import mambair
 from dgno.layers.mambair import ASSM, set_scan_backend
@@ -64,19 +64,6 @@ def smoke(name: str, dev: torch.device, amp: bool) -> dict[str, Any]:
     return row
 
 
-def _median_time(fn, dev: torch.device, repeats: int) -> float:
-    fn()
-    _sync(dev)
-    times = []
-    for _ in range(repeats):
-        _sync(dev)
-        t0 = time.perf_counter()
-        fn()
-        _sync(dev)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def forward_backends(name: str, size: int, backends: list[str], dev: torch.device, repeats: int) -> list[dict[str, Any]]:
     """Forward time, memory and output of ``name`` with each scan backend on the same weights and input."""
     torch.manual_seed(0)
@@ -87,8 +74,7 @@ def forward_backends(name: str, size: int, backends: list[str], dev: torch.devic
         set_scan_backend(model, backend)
         with torch.no_grad():
             outputs[backend] = as_outputs(model(x))[-1]  # the full-resolution restoration
-            _reset_peak(dev)
-            sec = _median_time(lambda: model(x), dev, repeats)
+            sec = statistics.median(_timed(lambda: model(x), dev, warmup=1, repeats=repeats))  # resets the peak after warm-up
         rows.append(
             {
                 "model": name,
