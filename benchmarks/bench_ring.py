@@ -1,6 +1,6 @@
 """Benchmark of the ring (LRI) forward model on CPU; writes OUT_JSON.
 
-    python benchmarks/bench_ring.py results/benchmarks/ring.json [--threads 1] [--repeats 5]
+    python benchmarks/bench_ring.py results/benchmarks/ring.json [--threads 1] [--repeats 5] [--rounds 9]
 
 * Forward model at 256², 512² (and 1024², cached and memory-bounded streaming modes): time to build the
   operator (PSFs + banded spectra), median time of A and Aᵀ after a warm-up, and peak memory.  Each case
@@ -8,10 +8,16 @@
   resident size just before the case) is its own; torch allocates outside Python's heap, which is why
   ``tracemalloc`` would miss it.
 * Speed-up over brute-force superposition at 128² (and 256², for the trend): end to end (from the
-  coefficients: per-pixel PSFs + superposition vs ring build + apply) and apply only (precomputed
-  per-pixel PSFs vs cached spectra), with the relative L2 difference of the two results on a uniform
-  random image (the hardest case for the polar resampling), and the ring's construction time alone.
-  Nothing is cached across constructions, so every end-to-end ring run is a cold build.
+  coefficients and the PSF grid size M, which both methods are given: per-pixel PSFs + superposition vs
+  ring build + apply) and apply only (precomputed per-pixel PSFs vs cached spectra), with the relative
+  L2 difference of the two results on a uniform random image (the hardest case for the polar
+  resampling), and the ring's construction time alone.  Nothing is cached across constructions, so
+  every end-to-end ring run is a cold build.
+  The two methods are timed in interleaved rounds (one brute-force run, then ``--ring-runs`` ring runs),
+  and each round gives a ratio (brute force / median ring run of the round): on a shared machine whose
+  speed drifts by tens of per cent over seconds, timing the two in separate blocks measures the drift
+  as much as the methods.  The headline is the median of the rounds' ratios; the medians and minima of
+  each method's times are recorded too.
 
 Fixed seed, float32, the Seidel coefficients of the non-blind experiment (``nonblind.REFERENCE_COEFFS``)
 and twice those (a wider PSF, where brute force costs more).
@@ -81,7 +87,33 @@ def _forward_case(size: int, coeffs: dict, cache: bool, repeats: int, threads: i
     )
 
 
-def _speedup_case(size: int, coeffs: dict, repeats: int, threads: int, queue) -> None:
+def _interleaved(brute, ring, rounds: int, ring_runs: int) -> dict[str, Any]:
+    """Rounds of one ``brute`` run then ``ring_runs`` ``ring`` runs (after one warm-up of each): the median of
+    the rounds' ratios brute / median(ring), and the median and minimum of each method's times (s)."""
+    brute(), ring()
+    t_brute, t_ring, ratios = [], [], []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        brute()
+        t_brute.append(time.perf_counter() - t0)
+        runs = []
+        for _ in range(ring_runs):
+            t0 = time.perf_counter()
+            ring()
+            runs.append(time.perf_counter() - t0)
+        t_ring += runs
+        ratios.append(t_brute[-1] / statistics.median(runs))
+    return {
+        "speedup": statistics.median(ratios),
+        "speedup_per_round": ratios,
+        "brute_s": statistics.median(t_brute),
+        "brute_min_s": min(t_brute),
+        "ring_s": statistics.median(t_ring),
+        "ring_min_s": min(t_ring),
+    }
+
+
+def _speedup_case(size: int, coeffs: dict, rounds: int, ring_runs: int, threads: int, queue) -> None:
     import torch
 
     from dgno.optics.ring import RingBlur, pixel_psfs, superposition_blur
@@ -91,32 +123,34 @@ def _speedup_case(size: int, coeffs: dict, repeats: int, threads: int, queue) ->
     c = SeidelCoefficients(**coeffs)
     x = torch.rand(1, 1, size, size, generator=torch.Generator().manual_seed(0))
     probe = RingBlur(coeffs=c, image_shape=(size, size))
-    kw = dict(field_radius=size / 2.0, psf_size=probe.psf_size)
+    m = probe.psf_size
+    kw = dict(field_radius=size / 2.0, psf_size=m)
 
     def brute_end_to_end():
         return superposition_blur(x, pixel_psfs((size, size), c, dtype=torch.float32, **kw))
 
-    def ring_end_to_end():
-        return RingBlur(coeffs=c, image_shape=(size, size)).A(x)
+    def ring_build():
+        return RingBlur(coeffs=c, image_shape=(size, size), psf_size=m)
 
     with torch.no_grad():
-        t_brute, y_brute = _timed(brute_end_to_end, max(1, repeats // 2))
-        t_ring, y_ring = _timed(ring_end_to_end, repeats)
-        t_build, _ = _timed(lambda: RingBlur(coeffs=c, image_shape=(size, size)), repeats)
+        y_brute, y_ring = brute_end_to_end(), ring_build().A(x)
+        end_to_end = _interleaved(brute_end_to_end, lambda: ring_build().A(x), rounds, ring_runs)
+        t_build, _ = _timed(ring_build, rounds * ring_runs)
         psfs = pixel_psfs((size, size), c, dtype=torch.float32, **kw)
-        t_brute_apply, _ = _timed(lambda: superposition_blur(x, psfs), repeats)
-        t_ring_apply, _ = _timed(lambda: probe.A(x), repeats)
+        apply = _interleaved(lambda: superposition_blur(x, psfs), lambda: probe.A(x), rounds, ring_runs)
     queue.put(
         {
             "size": size,
-            "psf_size": probe.psf_size,
-            "brute_end_to_end_s": t_brute,
-            "ring_end_to_end_s": t_ring,
+            "psf_size": m,
+            "brute_end_to_end_s": end_to_end["brute_s"],
+            "ring_end_to_end_s": end_to_end["ring_s"],
+            "speedup_end_to_end": end_to_end["speedup"],
+            "end_to_end": end_to_end,
             "ring_build_s": t_build,
-            "speedup_end_to_end": t_brute / t_ring,
-            "brute_apply_s": t_brute_apply,
-            "ring_apply_s": t_ring_apply,
-            "speedup_apply": t_brute_apply / t_ring_apply,
+            "brute_apply_s": apply["brute_s"],
+            "ring_apply_s": apply["ring_s"],
+            "speedup_apply": apply["speedup"],
+            "apply": apply,
             "rel_l2_ring_vs_brute": float((y_ring - y_brute).norm() / y_brute.norm()),
         }
     )
@@ -136,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_json", type=Path)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (the shared machine has 2 cores)")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024], help="forward-model sizes")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs of A and Aᵀ per forward case")
+    parser.add_argument("--rounds", type=int, default=9, help="interleaved brute-force/ring rounds per speed-up case")
+    parser.add_argument("--ring-runs", type=int, default=5, help="ring runs per round")
+    parser.add_argument("--sizes", type=int, nargs="*", default=[256, 512, 1024], help="forward-model sizes")
     parser.add_argument("--speedup-sizes", type=int, nargs="+", default=[128, 256], help="sizes compared with brute force")
     args = parser.parse_args(argv)
 
@@ -166,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     speedup = []
     for size in args.speedup_sizes:
         for name, coeffs in coeff_sets.items():
-            row = _in_child(_speedup_case, size, coeffs, args.repeats, args.threads)
+            row = _in_child(_speedup_case, size, coeffs, args.rounds, args.ring_runs, args.threads)
             row["coeffs"] = name
             speedup.append(row)
             msg = f"{size}² {name}: end-to-end ×{row['speedup_end_to_end']:.1f}, apply ×{row['speedup_apply']:.0f}"
@@ -177,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
             "benchmark": "ring (LRI) forward model, CPU, float32",
             "threads": args.threads,
             "repeats": args.repeats,
+            "rounds": args.rounds,
+            "ring_runs": args.ring_runs,
             "coeff_sets": coeff_sets,
             "forward": forward,
             "speedup_vs_brute_force": speedup,

@@ -46,3 +46,27 @@ def test_bench_scan_backend_on_a_model_without_a_scan_is_an_error():
                 "torch",
             ]
         )
+
+
+def test_ring_benchmark_interleaves_the_methods_and_records_every_round(tmp_path):
+    """benchmarks/bench_ring.py at toy size: one ratio per interleaved round, the headline is their median,
+    and the ring result is close to brute force (the speed-up is measured on comparable outputs)."""
+    import statistics
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "ring.json"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_ring.py"
+    args = ["--sizes", "32", "--speedup-sizes", "32", "--rounds", "3", "--ring-runs", "2", "--repeats", "1"]
+    subprocess.run([sys.executable, str(script), str(out), *args], check=True, capture_output=True, timeout=300)
+    data = json.loads(out.read_text())
+    assert [row["cache"] for row in data["forward"]] == [True, False]
+    assert [row["coeffs"] for row in data["speedup_vs_brute_force"]] == ["reference", "reference_x2"]
+    for row in data["speedup_vs_brute_force"]:
+        for case in ("end_to_end", "apply"):
+            rounds = row[case]["speedup_per_round"]
+            assert len(rounds) == 3 and all(r > 0 for r in rounds)
+            assert row[case]["speedup"] == pytest.approx(statistics.median(rounds))
+            assert row[case]["ring_min_s"] <= row[case]["ring_s"]
+        assert row["rel_l2_ring_vs_brute"] < 0.05
