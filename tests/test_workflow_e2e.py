@@ -40,6 +40,16 @@ def test_table_numbers_match_results_files(smoke_run):
     assert set(frame["method"]) == {"gg", "lg", "dgno-face", "dgno-cell", "input"}
 
 
+def test_lam_figure_and_table_come_from_the_trained_models(smoke_run):
+    """The LAM rule ran on the smoke checkpoints: one row per method, numbers in range, in the report."""
+    frame = pd.read_csv(smoke_run / "results" / "tables" / "lam_nuclei.csv")
+    assert list(frame["method"]) == ["gg", "dgno-cell"]
+    assert frame["di"].between(0, 100).all() and (frame["r50_px"] >= 0).all() and frame["psnr"].between(0, 100).all()
+    assert (smoke_run / "results" / "figures" / "lam_nuclei.png").stat().st_size > 0
+    section = (smoke_run / "report" / "index.html").read_text().split('id="lam"')[1].split("</section>")[0]
+    assert f"{frame['di'].iloc[1]:.1f}" in section and "data:image/png;base64," in section
+
+
 def test_checkpoints_describe_themselves(smoke_run):
     import torch
 

@@ -164,6 +164,10 @@ def _check_references(cfg: dict) -> None:
             missing = [lvl for lvl in df["levels"] if lvl not in datasets.get(ds, {}).get("test_levels", [])]
             if ds in datasets and missing:
                 raise ConfigError(f"config key experiments.defocus.levels: {missing} are not test_levels of dataset {ds!r}; add them to datasets.{ds}.test_levels")
+    lam = cfg["experiments"].get("lam")
+    if lam and lam.get("level") and lam["dataset"] in datasets and lam["level"] not in datasets[lam["dataset"]]["test_levels"]:
+        tests = ", ".join(datasets[lam["dataset"]]["test_levels"])
+        raise ConfigError(f"config key experiments.lam.level: {lam['level']!r} is not a test level of dataset {lam['dataset']!r}; test levels: {tests}")
     for exp, spec in cfg["experiments"].items():
         for ds in spec.get("datasets", [spec.get("dataset")]):
             if ds not in datasets:

@@ -1,5 +1,5 @@
 # Stage 7a: analyses behind the paper's figures (latent effective rank, learned operator maps,
-# cost vs resolution, PSNR vs parameters, runtime/memory vs image size).
+# local attribution maps, cost vs resolution, PSNR vs parameters, runtime/memory vs image size).
 
 
 rule effective_rank:
@@ -60,6 +60,40 @@ rule figure_operators:
         device=config["device"],
     script:
         "../scripts/figure_operators.py"
+
+
+rule figure_lam:
+    input:
+        unpack(lam_inputs),
+    output:
+        table="results/tables/lam_{dataset}.csv",
+        figure=report(
+            "results/figures/lam_{dataset}.png",
+            caption="../report/lam.rst",
+            category="Interpretability",
+        ),
+    log:
+        "results/logs/figure_lam/{dataset}.log",
+    benchmark:
+        "results/benchmarks/figure_lam/{dataset}.tsv"
+    wildcard_constraints:
+        dataset=one_of(LAM_DATASETS),
+    conda:
+        "../../envs/dgno.yaml"
+    resources:
+        gpu=1 if config["device"] != "cpu" else 0,
+    params:
+        methods=EXPERIMENTS.get("lam", {}).get("methods", []),
+        labels=method_labels(EXPERIMENTS.get("lam", {}).get("methods", [])),
+        level=lambda wc: lam_level(wc.dataset),
+        image=EXPERIMENTS.get("lam", {}).get("image", 0),
+        window=EXPERIMENTS.get("lam", {}).get("window", 16),
+        crop=EXPERIMENTS.get("lam", {}).get("crop"),
+        sigma_max=EXPERIMENTS.get("lam", {}).get("sigma_max", 8.0),
+        steps=EXPERIMENTS.get("lam", {}).get("steps", 32),
+        device=config["device"],
+    script:
+        "../scripts/figure_lam.py"
 
 
 rule cost_vs_resolution:

@@ -300,6 +300,27 @@ def operator_map_inputs(wildcards):
     return rank_inputs(wildcards)
 
 
+# Local attribution maps (paper fig. "LAM-based interpretability"): one dataset, its experiment's methods.
+LAM_DATASETS = [EXPERIMENTS["lam"]["dataset"]] if "lam" in EXPERIMENTS else []
+
+
+def lam_level(dataset):
+    return EXPERIMENTS["lam"].get("level") or table_levels(dataset)[0]
+
+
+def lam_inputs(wildcards):
+    """Test split and blurred images of the analysed level, and one checkpoint per method (in order)."""
+    ds = wildcards.dataset
+    return {
+        "split": f"results/data/{ds}/split.csv",
+        "gt": f"results/data/{ds}/gt",
+        "blur": blur_dirs(ds, [lam_level(ds)]),
+        "models": [
+            f"results/train/{ds}/{m}/model.pt" for m in EXPERIMENTS["lam"]["methods"]
+        ],
+    }
+
+
 def main_dataset():
     return EXPERIMENTS["main"]["datasets"][0] if "main" in EXPERIMENTS else None
 
@@ -318,6 +339,8 @@ def analysis_report_inputs():
                 f"results/tables/operator_maps_{ds}.csv",
                 f"results/figures/operators_{ds}.png",
             ]
+    for ds in LAM_DATASETS:
+        files += [f"results/tables/lam_{ds}.csv", f"results/figures/lam_{ds}.png"]
     if main_dataset():
         files.append("results/figures/psnr_vs_params.png")
     if BENCH_FILES:

@@ -31,6 +31,8 @@ METRIC_LABELS = {
     "gmacs": "GMACs",
     "psnr_edge": "edge-band PSNR ↑",
     "psnr_interior": "interior PSNR ↑",
+    "di": "diffusion index DI",
+    "r50_px": "r₅₀ (px)",
 }
 DIGITS = {"psnr": 2, "ssim": 3, "lpips": 3, "params_m": 2, "gflops": 2, "gmacs": 2, "psnr_edge": 2, "psnr_interior": 2}
 
@@ -49,6 +51,7 @@ CATALOGUE = [
     ("dpdd", "DPDD"),
     ("realdof", "RealDOF"),
     ("runtime_memory", "Runtime / memory vs image size"),
+    ("lam", "LAM interpretability figure (NAFNet / MPT / SRNO / DGNO)"),
 ]
 
 
