@@ -194,3 +194,28 @@ def test_report_section_compares_the_methods(tmp_path):
     section = (tmp_path / "index.html").read_text().split('id="lam"')[1].split("</section>")[0]
     assert "DGNO-Cell has r₅₀ = 3.0 px, smaller than 2 of 3 other methods (NAFNet, SRNO (GG))" in section
     assert "snakemake --cores all results/figures/lam_" in section  # no figure yet: the command that makes it
+
+
+def test_cli_lam_on_a_users_image(tmp_path, capsys):
+    """`dgno lam` on an image file without ground truth: figure, SVG and CSV written, DI printed; a window
+    outside the image is a one-line error naming the file (exit 2)."""
+    import pandas as pd
+    import tifffile
+
+    from dgno.cli import main
+
+    ckpts = _checkpoints(tmp_path, ["dgno-cell", "gg"])
+    img = tmp_path / "mine.tif"
+    rng = np.random.default_rng(0)
+    tifffile.imwrite(img, (rng.random((36, 40)) * 65535).astype(np.uint16))
+    out = tmp_path / "figs" / "lam.png"
+    args = ["lam", str(img), "--checkpoint", ckpts["dgno-cell"], "--checkpoint", ckpts["gg"], "--label", "DG", "--label", "GG"]
+    assert main([*args, "--out", str(out), "--window-size", "8", "--steps", "2", "--device", "cpu"]) == 0
+    frame = pd.read_csv(out.with_suffix(".csv"))
+    assert list(frame["label"]) == ["DG", "GG"] and frame["psnr"].isna().all() and frame["di"].between(0, 100).all()
+    assert out.exists() and out.with_suffix(".svg").exists()
+    assert "DG" in capsys.readouterr().out
+    assert main([*args, "--out", str(out), "--window", "30", "30", "8", "--steps", "1", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert str(img) in err and "Fix:" in err
+    assert main(["lam", str(img), "--checkpoint", ckpts["gg"], "--label", "a", "--label", "b", "--out", str(out)]) == 2

@@ -75,6 +75,35 @@ def _cmd_deblur(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def _cmd_lam(args: argparse.Namespace) -> int:
+    from dgno.analysis.lam import image_lam
+    from dgno.io import write_csv
+    from dgno.report.figures import lam_maps
+    from dgno.train import pick_device
+
+    labels = args.label or [Path(c).parent.name or Path(c).stem for c in args.checkpoint]
+    if len(labels) != len(args.checkpoint) or len(set(labels)) != len(labels):
+        raise InputError(f"--label: give one distinct name per --checkpoint ({len(args.checkpoint)}), got {labels}. Fix: pass --label once per checkpoint")
+    views, frame = image_lam(
+        args.image,
+        dict(zip(labels, args.checkpoint)),
+        window=tuple(args.window) if args.window else None,
+        window_size=args.window_size,
+        crop=args.crop,
+        sigma_max=args.sigma_max,
+        steps=args.steps,
+        device=str(pick_device(args.device)),
+    )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_csv(out.with_suffix(".csv"), frame)
+    row = frame.iloc[0]
+    lam_maps(views, out, title=f"{Path(args.image).name}: LAM of the {row['window_size']}-px window at ({row['window_y0']}, {row['window_x0']})")
+    print(frame[["label", "di", "r50_px"]].to_string(index=False))
+    print(f"wrote {out}, {out.with_suffix('.svg')} and {out.with_suffix('.csv')}")
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from dgno.config import load_config
     from dgno.report.build import build_report
@@ -162,6 +191,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overlap", type=int, default=64)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.set_defaults(func=_cmd_deblur)
+
+    p = sub.add_parser("lam", help="local attribution maps: which input pixels trained models use for one output window of your image")
+    p.add_argument("image", help="blurred image (8/16-bit grayscale or RGB TIFF/PNG)")
+    p.add_argument("--checkpoint", action="append", required=True, help="model.pt; repeat to compare models")
+    p.add_argument("--label", action="append", help="name per --checkpoint, in order (default: each checkpoint's folder name)")
+    p.add_argument("--out", required=True, help="figure .png (an .svg and a .csv with DI and r50 are written beside it)")
+    p.add_argument("--window", type=int, nargs=3, metavar=("Y", "X", "SIZE"), help="output window (default: the one with most edges in the image)")
+    p.add_argument("--window-size", type=int, default=16, help="side of the automatic window (default 16)")
+    p.add_argument("--crop", type=int, default=256, help="analyse a square of this side about the window (default 256)")
+    p.add_argument("--steps", type=int, default=32, help="path-integral steps (default 32)")
+    p.add_argument("--sigma-max", type=float, default=8.0, help="blur (px) of the path's start (default 8)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.set_defaults(func=_cmd_lam)
 
     p = sub.add_parser("data", help="dataset utilities")
     data_sub = p.add_subparsers(dest="data_command", required=True)

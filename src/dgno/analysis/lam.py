@@ -168,12 +168,12 @@ class LamView:
     label: str
     window: tuple[int, int, int]  # (y0, x0, size) in the crop
     blurred: np.ndarray  # (h, w) or (h, w, C) network input
-    sharp: np.ndarray  # ground truth
+    sharp: np.ndarray | None  # ground truth, when there is one
     restored: np.ndarray  # network output, clipped to [0, 1]
     attribution: np.ndarray  # (h, w) |LAM|
     di: float
     r50_px: float
-    psnr: float  # of the restored crop
+    psnr: float | None  # of the restored crop, when there is a ground truth
 
 
 def crop_box(shape: tuple[int, int], window: tuple[int, int, int], side: int | None) -> tuple[int, int, int, int]:
@@ -187,6 +187,63 @@ def crop_box(shape: tuple[int, int], window: tuple[int, int, int], side: int | N
     y0 = min(max(0, wy + size // 2 - ch // 2), h - ch)
     x0 = min(max(0, wx + size // 2 - cw // 2), w - cw)
     return y0, x0, ch, cw
+
+
+def lam_views(
+    checkpoints: dict[str, str],
+    labels: dict[str, str],
+    blurred: np.ndarray,
+    window: tuple[int, int, int],
+    *,
+    sharp: np.ndarray | None = None,
+    sigma_max: float = 8.0,
+    steps: int = 32,
+    batch: int = 4,
+    device: str = "cpu",
+) -> list[LamView]:
+    """LAM, DI, r₅₀ and the restored image of every checkpoint ({name: model.pt}) on one image (H, W[, C]) in [0, 1].
+
+    window: (y0, x0, size) of the output window in this image.  sharp: the ground truth, for the PSNR."""
+    from dgno.data.paired import from_tensor_image, to_tensor_image
+    from dgno.io import InputError
+    from dgno.metrics import psnr
+    from dgno.train import as_outputs, load_trained
+
+    x = to_tensor_image(blurred).to(device)
+    views = []
+    for name, path in checkpoints.items():
+        model, _ = load_trained(path, device)
+        expected = int(model.hparams.get("in_channels", 1))
+        if x.shape[1] != expected:
+            raise InputError(f"{path}: the model takes {expected}-channel images, the image has {x.shape[1]}. Fix: use a model trained on such images")
+
+        def net(t: Tensor, model: torch.nn.Module = model) -> Tensor:
+            return as_outputs(model(t))[-1]
+
+        attribution = local_attribution_map(net, x, window, sigma_max=sigma_max, steps=steps, batch=batch)
+        with torch.no_grad():
+            restored = np.clip(from_tensor_image(net(x)), 0.0, 1.0)
+        views.append(
+            LamView(
+                label=labels.get(name, name),
+                window=window,
+                blurred=blurred,
+                sharp=sharp,
+                restored=restored,
+                attribution=attribution,
+                di=diffusion_index(attribution),
+                r50_px=attribution_radius(attribution, window),
+                psnr=psnr(restored, sharp) if sharp is not None else None,
+            )
+        )
+    return views
+
+
+def lam_table(names: list[str], views: list[LamView], **columns: object) -> pd.DataFrame:
+    """One row per method: name, label, the shared `columns` (image, window, settings), DI, r₅₀ and PSNR."""
+    return pd.DataFrame(
+        [{"method": n, "label": v.label, **columns, "di": v.di, "r50_px": v.r50_px, "psnr": v.psnr} for n, v in zip(names, views)]
+    )
 
 
 def dataset_lam(
@@ -209,9 +266,7 @@ def dataset_lam(
     method is asked about the same structure; `crop` limits the analysed region to a square about it.
     Returns the figure views and a table (method, label, image, level, window, di, r50_px, psnr, ...).
     """
-    from dgno.data.paired import from_tensor_image, load_pairs, read_split, to_tensor_image
-    from dgno.metrics import psnr
-    from dgno.train import as_outputs, load_trained
+    from dgno.data.paired import load_pairs, read_split
 
     ids = read_split(data_dir).get("test", [])
     if not ids:
@@ -223,47 +278,39 @@ def dataset_lam(
     y0, x0, ch, cw = crop_box(pair.gt.shape[:2], full_window, crop)
     window = (full_window[0] - y0, full_window[1] - x0, window_size)
     blurred, sharp = pair.blur[y0 : y0 + ch, x0 : x0 + cw], pair.gt[y0 : y0 + ch, x0 : x0 + cw]
-    x = to_tensor_image(blurred).to(device)
-    views, rows = [], []
-    for method, path in checkpoints.items():
-        model, _ = load_trained(path, device)
+    views = lam_views(checkpoints, labels, blurred, window, sharp=sharp, sigma_max=sigma_max, steps=steps, batch=batch, device=device)
+    settings = dict(image=pair.id, level=level, window_y0=full_window[0], window_x0=full_window[1], window_size=window_size)
+    return views, lam_table(list(checkpoints), views, **settings, crop=f"{ch}x{cw}", sigma_max=sigma_max, steps=steps)
 
-        def net(t: Tensor, model: torch.nn.Module = model) -> Tensor:
-            return as_outputs(model(t))[-1]
 
-        attribution = local_attribution_map(net, x, window, sigma_max=sigma_max, steps=steps, batch=batch)
-        with torch.no_grad():
-            restored = np.clip(from_tensor_image(net(x)), 0.0, 1.0)
-        view = LamView(
-            label=labels.get(method, method),
-            window=window,
-            blurred=blurred,
-            sharp=sharp,
-            restored=restored,
-            attribution=attribution,
-            di=diffusion_index(attribution),
-            r50_px=attribution_radius(attribution, window),
-            psnr=psnr(restored, sharp),
-        )
-        views.append(view)
-        rows.append(
-            {
-                "method": method,
-                "label": view.label,
-                "image": pair.id,
-                "level": level,
-                "window_y0": full_window[0],
-                "window_x0": full_window[1],
-                "window_size": window_size,
-                "crop": f"{ch}x{cw}",
-                "sigma_max": sigma_max,
-                "steps": steps,
-                "di": view.di,
-                "r50_px": view.r50_px,
-                "psnr": view.psnr,
-            }
-        )
-    return views, pd.DataFrame(rows)
+def image_lam(
+    path: str,
+    checkpoints: dict[str, str],
+    *,
+    window: tuple[int, int, int] | None = None,
+    window_size: int = 16,
+    crop: int | None = 256,
+    sigma_max: float = 8.0,
+    steps: int = 32,
+    device: str = "cpu",
+) -> tuple[list[LamView], pd.DataFrame]:
+    """LAM of every checkpoint ({label: model.pt}) on a user's blurred image file (no ground truth).
+
+    window: (y0, x0, size) in the image; default the window_size-px window with the most edges in the
+    image itself (there is no sharp image to choose by).  Errors about the image name the file and the fix.
+    """
+    from dgno.io import InputError, read_image
+
+    img = read_image(path)
+    try:
+        win = window if window is not None else edge_window(img, window_size)
+        y0, x0, ch, cw = crop_box(img.shape[:2], win, crop)
+        local = (win[0] - y0, win[1] - x0, win[2])
+        views = lam_views(checkpoints, {}, img[y0 : y0 + ch, x0 : x0 + cw], local, sigma_max=sigma_max, steps=steps, device=device)
+    except ValueError as exc:
+        raise InputError(f"{path}: {exc}. Fix: choose a --window inside the image (or a smaller --window-size)") from exc
+    settings = dict(image=str(path), window_y0=win[0], window_x0=win[1], window_size=win[2], crop=f"{ch}x{cw}")
+    return views, lam_table(list(checkpoints), views, **settings, sigma_max=sigma_max, steps=steps)
 
 
 __all__ = [
@@ -276,6 +323,9 @@ __all__ = [
     "edge_window",
     "gaussian_blur",
     "gini",
+    "image_lam",
+    "lam_table",
+    "lam_views",
     "local_attribution_map",
     "local_feature",
     "path_integrated_gradients",

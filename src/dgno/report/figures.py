@@ -373,7 +373,7 @@ def _show(ax: plt.Axes, img: np.ndarray) -> None:
 def lam_maps(views: Sequence, out_png: str | Path, *, title: str) -> None:
     """The paper's LAM figure: per method, (top) the local attribution map over the blurred input, with the
     analysed output window (cyan) and the radius r₅₀ that holds half of the attribution (dashed), and
-    (bottom) the restored image; the first column shows the blurred input and the sharp image.
+    (bottom) the restored image; the first column shows the blurred input and the sharp image (if any).
 
     views: objects with the attributes of ``dgno.analysis.lam.LamView``.  Each map is scaled to its own
     99.5th percentile: attributions of different networks have unrelated magnitudes, and DI / r₅₀ (printed
@@ -391,10 +391,13 @@ def lam_maps(views: Sequence, out_png: str | Path, *, title: str) -> None:
 
     _show(axes[0, 0], first.blurred)
     axes[0, 0].set_title("(a) blurred input", fontsize=8)
-    _show(axes[1, 0], first.sharp)
-    axes[1, 0].set_title("sharp", fontsize=8)
-    for ax in axes[:, 0]:
-        box(ax, first.window)
+    box(axes[0, 0], first.window)
+    if first.sharp is not None:
+        _show(axes[1, 0], first.sharp)
+        axes[1, 0].set_title("sharp", fontsize=8)
+        box(axes[1, 0], first.window)
+    else:
+        axes[1, 0].set_axis_off()
     for c, v in enumerate(views, start=1):
         top, bottom = axes[0, c], axes[1, c]
         gray = v.blurred if v.blurred.ndim == 2 else v.blurred.mean(-1)
@@ -408,7 +411,8 @@ def lam_maps(views: Sequence, out_png: str | Path, *, title: str) -> None:
         top.set_title(v.label, fontsize=8)
         _show(bottom, v.restored)
         box(bottom, v.window)
-        bottom.text(0.03, 0.97, f"{v.psnr:.2f} dB", transform=bottom.transAxes, fontsize=6, va="top", bbox=_LABEL_BOX)
+        if v.psnr is not None:
+            bottom.text(0.03, 0.97, f"{v.psnr:.2f} dB", transform=bottom.transAxes, fontsize=6, va="top", bbox=_LABEL_BOX)
     for ax in axes.ravel():
         ax.set_xticks([])
         ax.set_yticks([])
