@@ -70,3 +70,18 @@ def test_ring_benchmark_interleaves_the_methods_and_records_every_round(tmp_path
             assert row[case]["speedup"] == pytest.approx(statistics.median(rounds))
             assert row[case]["ring_min_s"] <= row[case]["ring_s"]
         assert row["rel_l2_ring_vs_brute"] < 0.05
+
+
+def test_ring_stage_benchmark_times_every_stage(tmp_path):
+    """benchmarks/ring_stages.py at toy size: every stage timed (min ≤ median) and the faults counted."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "stages.json"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "ring_stages.py"
+    subprocess.run([sys.executable, str(script), str(out), "--size", "32", "--runs", "2"], check=True, capture_output=True, timeout=300)
+    data = json.loads(out.read_text())
+    assert set(data["stages"]) == {"taps", "radial_psfs", "spectra", "apply", "end_to_end"}
+    assert all(0 < s["min_ms"] <= s["median_ms"] for s in data["stages"].values())
+    assert data["end_to_end_minor_page_faults"] >= 0 and data["size"] == 32

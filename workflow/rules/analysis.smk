@@ -83,14 +83,9 @@ rule figure_lam:
     resources:
         gpu=1 if config["device"] != "cpu" else 0,
     params:
-        methods=EXPERIMENTS.get("lam", {}).get("methods", []),
-        labels=method_labels(EXPERIMENTS.get("lam", {}).get("methods", [])),
+        lam=canonical(LAM),  # the experiment's settings, defaults filled in by the schema
+        labels=method_labels(LAM.get("methods", [])),
         level=lambda wc: lam_level(wc.dataset),
-        image=EXPERIMENTS.get("lam", {}).get("image", 0),
-        window=EXPERIMENTS.get("lam", {}).get("window", 16),
-        crop=EXPERIMENTS.get("lam", {}).get("crop"),
-        sigma_max=EXPERIMENTS.get("lam", {}).get("sigma_max", 8.0),
-        steps=EXPERIMENTS.get("lam", {}).get("steps", 32),
         device=config["device"],
     script:
         "../scripts/figure_lam.py"

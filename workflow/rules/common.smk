@@ -301,11 +301,12 @@ def operator_map_inputs(wildcards):
 
 
 # Local attribution maps (paper fig. "LAM-based interpretability"): one dataset, its experiment's methods.
-LAM_DATASETS = [EXPERIMENTS["lam"]["dataset"]] if "lam" in EXPERIMENTS else []
+LAM = EXPERIMENTS.get("lam", {})
+LAM_DATASETS = [LAM["dataset"]] if LAM else []
 
 
 def lam_level(dataset):
-    return EXPERIMENTS["lam"].get("level") or table_levels(dataset)[0]
+    return LAM.get("level") or table_levels(dataset)[0]
 
 
 def lam_inputs(wildcards):
@@ -315,9 +316,7 @@ def lam_inputs(wildcards):
         "split": f"results/data/{ds}/split.csv",
         "gt": f"results/data/{ds}/gt",
         "blur": blur_dirs(ds, [lam_level(ds)]),
-        "models": [
-            f"results/train/{ds}/{m}/model.pt" for m in EXPERIMENTS["lam"]["methods"]
-        ],
+        "models": [f"results/train/{ds}/{m}/model.pt" for m in LAM["methods"]],
     }
 
 

@@ -15,16 +15,17 @@ from dgno.report.figures import lam_maps  # noqa: E402
 from dgno.train import pick_device  # noqa: E402
 
 dataset = sm.wildcards.dataset
+lam = sm.params.lam
 views, frame = dataset_lam(
-    dict(zip(sm.params.methods, sm.input.models)),
+    dict(zip(lam["methods"], sm.input.models)),
     dict(sm.params.labels),
     data_dir=str(Path("results/data") / dataset),
     level=sm.params.level,
-    image=sm.params.image,
-    window_size=sm.params.window,
-    crop=sm.params.crop,
-    sigma_max=sm.params.sigma_max,
-    steps=sm.params.steps,
+    image=lam["image"],
+    window_size=lam["window"],
+    crop=lam["crop"],
+    sigma_max=lam["sigma_max"],
+    steps=lam["steps"],
     device=str(pick_device(sm.params.device)),
 )
 write_csv(sm.output.table, frame)
