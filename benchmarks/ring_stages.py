@@ -2,9 +2,11 @@
 
     OMP_NUM_THREADS=1 python benchmarks/ring_stages.py benchmarks/results/ring_stages_cpu.json [--size 128] [--runs 100]
 
-Stages: interpolation taps (B), radial PSFs, banded spectra, one apply A, and the whole
-``RingBlur(...).A(x)``; minimum and median of `runs` calls each (the machine's speed drifts, the minimum
-is the stage's cost), and the minor page faults of one end-to-end run (fresh memory for the operator's
+Stages: interpolation taps (B), the spectra's sampling plan (both geometry-only, cached between operators
+of one frame size; timed here uncached), radial PSFs, banded spectra, one apply A, and the whole
+``RingBlur(...).A(x)`` for new coefficients on a known frame size (``end_to_end``: the geometry tables
+cached) and cold (``end_to_end_cold``: ``ring.clear_caches()`` first); minimum and median of `runs` calls each (the machine's speed drifts, the minimum
+is the stage's cost), and the minor page faults of one cold end-to-end run (fresh memory for the operator's
 buffers; they cost microseconds each on a virtual machine).  Reference coefficients, float32, one thread
 unless OMP_NUM_THREADS says otherwise.
 """
@@ -40,8 +42,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from dgno import provenance
     from dgno.io import write_json
+    from dgno.optics import ring
     from dgno.optics.nonblind import REFERENCE_COEFFS
-    from dgno.optics.ring import RingBlur, interpolation_taps, radial_psfs, ring_spectra
+    from dgno.optics.ring import RingBlur, clear_caches, interpolation_taps, radial_psfs, ring_spectra
 
     shape = (args.size, args.size)
     x = torch.rand(1, 1, *shape, generator=torch.Generator().manual_seed(0))
@@ -50,23 +53,35 @@ def main(argv: list[str] | None = None) -> int:
     kw = dict(field_radius=op.field_radius, psf_size=op.psf_size, oversampling=op.oversampling, dtype=op.dtype)
     psfs = radial_psfs(REFERENCE_COEFFS, radii, **kw)
 
+    plan_args = (0, op.grid.n_radii, psfs.shape[-1], op.grid, op.band, ring.BLOCK_VALUES, op.dtype, psfs.device)
+
+    def sampling_plan():
+        ring._sampling_plan.cache_clear()
+        return ring._sampling_plan(*plan_args)
+
     def end_to_end():
         return RingBlur(coeffs=REFERENCE_COEFFS, image_shape=shape, psf_size=op.psf_size).A(x)
+
+    def end_to_end_cold():
+        clear_caches()
+        return end_to_end()
 
     with torch.no_grad():
         stages = {
             "taps": _stats(lambda: interpolation_taps(op.grid), args.runs),
+            "sampling_plan": _stats(sampling_plan, args.runs),
             "radial_psfs": _stats(lambda: radial_psfs(REFERENCE_COEFFS, radii, **kw), args.runs),
             "spectra": _stats(lambda: ring_spectra(psfs, 0, op.grid, band=op.band), args.runs),
             "apply": _stats(lambda: op.A(x), args.runs),
             "end_to_end": _stats(end_to_end, args.runs),
+            "end_to_end_cold": _stats(end_to_end_cold, args.runs),
         }
         faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        end_to_end()
+        end_to_end_cold()
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
     for name, s in stages.items():
         print(f"{name:12s} min {s['min_ms']:.2f} ms, median {s['median_ms']:.2f} ms", file=sys.stderr)
-    print(f"page faults of one end-to-end run: {faults}", file=sys.stderr)
+    print(f"page faults of one cold end-to-end run: {faults}", file=sys.stderr)
     write_json(
         args.out_json,
         {

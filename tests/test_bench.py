@@ -64,7 +64,7 @@ def test_ring_benchmark_interleaves_the_methods_and_records_every_round(tmp_path
     assert [row["cache"] for row in data["forward"]] == [True, False]
     assert [row["coeffs"] for row in data["speedup_vs_brute_force"]] == ["reference", "reference_x2"]
     for row in data["speedup_vs_brute_force"]:
-        for case in ("end_to_end", "apply"):
+        for case in ("end_to_end", "end_to_end_cold", "apply"):
             rounds = row[case]["speedup_per_round"]
             assert len(rounds) == 3 and all(r > 0 for r in rounds)
             assert row[case]["speedup"] == pytest.approx(statistics.median(rounds))
@@ -82,6 +82,6 @@ def test_ring_stage_benchmark_times_every_stage(tmp_path):
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "ring_stages.py"
     subprocess.run([sys.executable, str(script), str(out), "--size", "32", "--runs", "2"], check=True, capture_output=True, timeout=300)
     data = json.loads(out.read_text())
-    assert set(data["stages"]) == {"taps", "radial_psfs", "spectra", "apply", "end_to_end"}
+    assert set(data["stages"]) == {"taps", "sampling_plan", "radial_psfs", "spectra", "apply", "end_to_end", "end_to_end_cold"}
     assert all(0 < s["min_ms"] <= s["median_ms"] for s in data["stages"].values())
     assert data["end_to_end_minor_page_faults"] >= 0 and data["size"] == 32

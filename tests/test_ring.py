@@ -136,12 +136,48 @@ def test_blocks_of_taps_give_the_same_operator(monkeypatch):
     x = torch.rand(2, 1, 17, 30, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     whole = RingBlur(**kw).A(x)
     monkeypatch.setattr(ring, "TAP_BLOCK", 64)
+    ring.clear_caches()  # the taps of this geometry were cached with the default blocks
     op = RingBlur(**kw)
     assert op.taps_idx.shape[0] == math.ceil(17 * 30 / 64)
     assert torch.allclose(op.A(x), whole, atol=1e-14)
     y = torch.rand(2, 1, 17, 30, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     lhs, rhs = (op.A(x) * y).sum(), (x * op.A_adjoint(y)).sum()
     assert abs(float(lhs - rhs)) <= 1e-12 * abs(float(lhs))
+
+
+@pytest.mark.parametrize("reach", [2.5, 13.0])
+def test_row_windows_cover_every_polar_point_inside_the_psf_square(reach):
+    """The per-ring angular windows of the spectra never stop before a polar point that lies inside the PSF's
+    support square (it would be dropped from the spectra), and are tight: past the last such point they
+    add less than half an angle on average."""
+    n_phi, half = 96, 48
+    src = torch.arange(0.0, 40.0, dtype=torch.float64)[:, None]  # r′ px
+    r = torch.arange(0.0, 60.0, 0.5, dtype=torch.float64)[None, :]  # ring radius px
+    phi = torch.arange(half + 1, dtype=torch.float64) * (2 * math.pi / n_phi)
+    j = torch.arange(half + 1)
+    inside = ((r[..., None] * torch.cos(phi) - src[..., None]).abs() < reach) & (r[..., None] * torch.sin(phi) < reach)
+    needed = torch.where(inside, j + 1, 0).amax(-1)  # 1 + last angle index inside, 0 if none
+    got = torch.from_numpy(ring._row_lengths(src.numpy(), r.numpy(), reach, half, n_phi))
+    assert (got >= needed).all()
+    assert float((got - needed).double().mean()) < 0.5
+
+
+def test_operators_of_one_geometry_share_its_tables_but_not_their_coefficients():
+    """A second operator on frames of the same size reuses the cached taps (the same tensors) and still
+    blurs with its own coefficients; after ``clear_caches`` a cold build gives the identical operator."""
+    kw = dict(image_shape=(24, 20), field_radius=12.0, psf_size=9, dtype=torch.float64)
+    x = blobs((24, 20))
+    ring.clear_caches()
+    first = RingBlur(coeffs=COEFFS, **kw)
+    other = RingBlur(coeffs=SeidelCoefficients(W040=0.3, W020=-0.2), **kw)
+    assert other.taps_idx is first.taps_idx and other.taps_w is first.taps_w
+    assert rel_err(other.A(x), first.A(x)) > 0.05  # its own PSFs
+    y_warm = RingBlur(coeffs=COEFFS, **kw).A(x)
+    ring.clear_caches()
+    cold = RingBlur(coeffs=COEFFS, **kw)
+    assert cold.taps_idx is not first.taps_idx
+    assert torch.equal(cold.A(x), y_warm)
+    assert not torch.equal(RingBlur(coeffs=COEFFS, **{**kw, "image_shape": (20, 24)}).taps_idx, first.taps_idx)
 
 
 def test_bad_options_raise():

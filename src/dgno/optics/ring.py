@@ -28,7 +28,7 @@ Discretisation (operator A = B R Bᵀ):
   (D, N, n_φ//2+1), D = δ_hi − δ_lo + 1, applied in O(D N n_φ) as real multiply-adds on the real and
   imaginary planes of the angular spectra (``ring_accumulate``).  To build them, the PSF of each source
   radius (``radial_psfs``, one per radius rather than one per pixel: most of the gain over direct
-  superposition) is sampled at the polar points of the window where its square can be met, and each
+  superposition) is sampled at the polar points where its square can be met, and each
   sampled angular profile, even in φ, becomes its real rFFT as a cosine series (``ring_spectra``,
   ``cosine_series``).
 * B (polar → Cartesian) interpolates the blurred polar image back at the pixel centres, with the same
@@ -43,16 +43,20 @@ To model light entering from outside the frame, pad the image before blurring (s
 Memory: ``cache=True`` keeps the banded spectra, D·N·(n_φ/2+1) real numbers (they are real because Seidel
 PSFs are mirror-symmetric about the field axis; D = 31 and ≈0.13 GB at 1024×1024 with a 25-px PSF);
 ``cache=False`` recomputes them for ``chunk_radii`` source radii at a time inside every call, bounding
-the extra memory by the chunk.
+the extra memory by the chunk.  The geometry tables (interpolation taps, sampling rays, cosine and pupil
+DFT tables) do not depend on the coefficients and are cached like FFT plans, so a new operator on frames of
+a known size only computes its PSFs and spectra; ``clear_caches`` releases them.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -142,6 +146,25 @@ _KERNELS: dict[str, tuple[list[int], list[list[float]]]] = {
         [[0.0, -0.5, 1.0, -0.5], [1.0, 0.0, -2.5, 1.5], [0.0, 0.5, 2.0, -1.5], [0.0, 0.0, -0.5, 0.5]],
     ),
 }
+
+
+@functools.lru_cache(maxsize=2)
+def _shared_taps(grid: PolarGrid, interp: str, dtype: torch.dtype, device) -> tuple[Tensor, Tensor]:
+    """``interpolation_taps``, kept for the last two geometries: they depend on the image geometry only, so
+    operators for new coefficients on the same frames (a coefficient sweep, one operator per calibration)
+    share them instead of recomputing them (1–2 ms of a 5–10 ms build and apply at 128²)."""
+    return interpolation_taps(grid, interp=interp, dtype=dtype, device=device)
+
+
+def clear_caches() -> None:
+    """Forget the cached geometry tables (interpolation taps, sampling rays, cosine and pupil DFT tables).
+
+    They depend only on the image geometry, the PSF size and dtype/device, never on the coefficients, and are
+    kept like FFT plans.  The taps are the large ones (H·W·16 index/weight pairs, 128 MB at 1024²; the last
+    two geometries are kept); call this to release them, or to time a cold build.
+    """
+    for fn in (_shared_taps, _pupil_dft, cosine_table, _sample_rays, _sampling_plan):
+        fn.cache_clear()
 
 
 def _kernel_weights(frac: Tensor, interp: str) -> tuple[list[int], Tensor]:
@@ -290,24 +313,37 @@ def radial_psfs(
     evaluated, and the pupil is even in u_y (W depends on u_y only through ρ²), so the u_y sum is a cosine
     sum over the rows u_y ≥ 0.
     """
-    m = check_psf_size(psf_size)
-    c, n, k = m // 2, PSF_UPSAMPLE * m, _fine_half(psf_size)
+    k = _fine_half(psf_size)
     dev = radii.device
-    ux, uy, aperture = pupil_coordinates(m, oversampling, dtype=dtype, device=dev)  # (M, M)
+    ux, uy, amp, dft_x, cos_y = _pupil_dft(check_psf_size(psf_size), float(oversampling), dtype, dev)
+    field = torch.stack([radii.to(dtype) / field_radius, torch.zeros(radii.shape, dtype=dtype, device=dev)], dim=-1)
+    phase = 2 * math.pi * seidel_wavefront(coeffs.as_tensor(dtype=dtype, device=dev), field[None], ux, uy)[:, :, 0]  # (w+1, R, 2w+1)
+    pupil = torch.cat([amp * torch.cos(phase), amp * torch.sin(phase)], dim=-1)  # (w+1, R, 2(2w+1)): Re | Im
+    far = (cos_y @ (pupil @ dft_x).flatten(1)).view(k + 2, -1, 2, 2 * k + 1)  # (rows, R, Re|Im, columns)
+    far.square_()
+    return (far[:, :, 0] + far[:, :, 1]).transpose(0, 1)  # (R, k+2, 2k+1), a view of (k+2, R, 2k+1)
+
+
+@functools.lru_cache(maxsize=8)
+def _pupil_dft(psf_size: int, oversampling: float, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, ...]:
+    """The coefficient-independent tables of ``radial_psfs`` (cached: shared, never modified in place).
+
+    Pupil coordinates u_x, u_y (w+1, 1, 1, 2w+1) over the aperture's support (rows u_y ≥ 0, |u| ≤ w
+    samples), the aperture weighted 2 for the rows u_y > 0 that stand for ±u_y (w+1, 1, 2w+1), the real
+    form of the u_x DFT (2(2w+1), 2F) and the normalised u_y cosine sums (k+2, w+1).
+    """
+    m = psf_size
+    c, n, k = m // 2, PSF_UPSAMPLE * m, _fine_half(psf_size)
+    ux, uy, aperture = pupil_coordinates(m, oversampling, dtype=dtype, device=device)  # (M, M)
     norm = m * m * (aperture * aperture).sum()  # Parseval: unit sum on the pixel grid
     w = min(c, math.ceil(m / (2.0 * oversampling) + 0.5) - 1)  # aperture support |u| ≤ w samples (A = 0 beyond)
     crop = (slice(c, c + w + 1), slice(c - w, c + w + 1))  # rows u_y ≥ 0, columns |u_x| ≤ w
     ux, uy, aperture = ux[crop][:, None, None], uy[crop][:, None, None], aperture[crop]  # (w+1, 1, 1, 2w+1)
-    field = torch.stack([radii.to(dtype) / field_radius, torch.zeros(radii.shape, dtype=dtype, device=dev)], dim=-1)
-    phase = 2 * math.pi * seidel_wavefront(coeffs.as_tensor(dtype=dtype, device=dev), field[None], ux, uy)[:, :, 0]  # (w+1, R, 2w+1)
-    amp = aperture[:, None] * torch.where(torch.arange(w + 1, device=dev) > 0, 2.0, 1.0).to(dtype)[:, None, None]  # ±u_y
-    pupil = torch.cat([amp * torch.cos(phase), amp * torch.sin(phase)], dim=-1)  # (w+1, R, 2(2w+1)): Re | Im
-    cos_x, sin_x = _dft_phases(torch.arange(-w, w + 1, device=dev), torch.arange(-k, k + 1, device=dev), n, dtype)  # (2w+1, F)
+    amp = aperture[:, None] * torch.where(torch.arange(w + 1, device=device) > 0, 2.0, 1.0).to(dtype)[:, None, None]  # ±u_y
+    cos_x, sin_x = _dft_phases(torch.arange(-w, w + 1, device=device), torch.arange(-k, k + 1, device=device), n, dtype)  # (2w+1, F)
     dft_x = torch.cat([torch.cat([cos_x, -sin_x], dim=1), torch.cat([sin_x, cos_x], dim=1)])  # (2(2w+1), 2F)
     cos_y = cos_x[w:, k - 1 :].T / norm.sqrt()  # (k+2, w+1): cos(2π u_y f / n) for f = −1 … k, normalised
-    far = (cos_y @ (pupil @ dft_x).flatten(1)).view(k + 2, -1, 2, 2 * k + 1)  # (rows, R, Re|Im, columns)
-    far.square_()
-    return (far[:, :, 0] + far[:, :, 1]).transpose(0, 1)  # (R, k+2, 2k+1), a view of (k+2, R, 2k+1)
+    return ux, uy, amp, dft_x, cos_y
 
 
 def _fine_half(psf_size: int) -> int:
@@ -345,9 +381,11 @@ def _angular_limit(r_src: float, reach: float, n_angles: int) -> int:
     return min(n_angles // 2, math.ceil(math.atan2(reach, r_src - reach) * n_angles / (2 * math.pi)) - 1)
 
 
+@functools.lru_cache(maxsize=8)
 def cosine_table(n_angles: int, n_terms: int, *, dtype: torch.dtype, device=None) -> Tensor:
     """C[j, k] = c_j cos(2π j k / n), (J, n/2+1), c_0 = 1, c_j = 2 for 0 < j < n/2, c_{n/2} = 1: the weights
-    with which sample j of an even profile enters its rFFT (it stands for angles ±j)."""
+    with which sample j of an even profile enters its rFFT (it stands for angles ±j).  Cached (a geometry
+    table, see ``clear_caches``): do not modify the result in place."""
     j = torch.arange(n_terms, device=device)
     cos, _ = _dft_phases(j, torch.arange(n_angles // 2 + 1, device=device), n_angles, torch.float64)
     weight = torch.where((j == 0) | (2 * j == n_angles), 1.0, 2.0).to(torch.float64)
@@ -380,24 +418,7 @@ def _short_window(n_terms: int, n_angles: int) -> bool:
     return 4 * n_terms <= n_angles and n_terms <= 160
 
 
-def _polar_samples(psfs: Tensor, first: int, rows: tuple[int, int], rays: Tensor, grid: PolarGrid) -> Tensor:
-    """h_{r′}(r′ + δ Δr, φ_j) for the radii r′ = (first + i) Δr of the half PSFs psfs (R, k+2, 2k+1) of
-    ``radial_psfs`` and δ = rows[0] … rows[1]: (R, D, J), bicubic; zero where r′ + δ Δr is off the grid.
-
-    rays: (3, J, 2) from ``_sample_rays``: the coordinates are affine in the radius index and δ, so two
-    multiply-adds build the whole (R, D, J, 2) grid, each along contiguous (J, 2) rows.
-    """
-    opts = dict(device=psfs.device, dtype=psfs.dtype)
-    delta = torch.arange(rows[0], rows[1] + 1, **opts)  # (D,)
-    src = torch.arange(first, first + psfs.shape[0], **opts)  # (R,) radius index
-    xy = torch.addcmul(torch.addcmul(rays[2], delta[:, None, None], rays[1]), src[:, None, None, None], rays[0])  # (R, D, J, 2)
-    samples = F.grid_sample(psfs[:, None], xy, mode="bicubic", padding_mode="zeros", align_corners=True)[:, 0]
-    if first + rows[0] < 0 or first + psfs.shape[0] - 1 + rows[1] >= grid.n_radii:
-        i_out = src[:, None] + delta  # (R, D)
-        samples *= ((i_out >= 0) & (i_out < grid.n_radii))[:, :, None]
-    return samples
-
-
+@functools.lru_cache(maxsize=8)
 def _sample_rays(fine: int, n_rays: int, grid: PolarGrid, *, dtype: torch.dtype, device=None) -> Tensor:
     """(A, B, C), (3, J, 2): the grid_sample coordinates (x, y) of the polar point (r′ + δ Δr, φ_j) in the half
     PSF of a source at (r′, 0) (``radial_psfs``: 2k+1 columns, k+2 rows, F = fine = 2k+1) are i A_j + δ B_j + C,
@@ -417,6 +438,114 @@ def _sample_rays(fine: int, n_rays: int, grid: PolarGrid, *, dtype: torch.dtype,
     rays[1, :, 0] = s_x * torch.cos(phi)
     rays[2, :, 1] = (1 - k) / (k + 1)
     return rays.to(dtype)
+
+
+@dataclass(frozen=True)
+class _SampleBlock:
+    """Where ``ring_spectra`` samples the PSFs of one radius block: coefficient-independent, so cached.
+
+    start, stop: the block's radii (offsets from the first); rows: (first, last) δ of its band rows; half: its
+    last angle index J − 1; xy: (Rb, 1, P, 2) grid_sample coordinates of each radius's samples, P the most
+    any radius of the block needs, the rest padding far outside the PSF (reads 0); slot: (Rb, P) int64,
+    where each sample goes in the block's flattened (Db, Rb, J) profiles, padding → Db·Rb·J (a spill
+    slot): in that layout the cosine series are one matrix product and land in the spectra's row order.
+    """
+
+    start: int
+    stop: int
+    rows: tuple[int, int]
+    half: int
+    xy: Tensor | None
+    slot: Tensor | None
+
+
+def _row_lengths(r_src: np.ndarray, r: np.ndarray, reach: float, half: int, n_phi: int) -> np.ndarray:
+    """1 + the largest angle index j ≤ half whose polar point (r, φ_j) can fall inside the support square
+    |r cos φ − r′| < e, r sin φ < e of the PSF of a source at (r′, 0); 0 where none can (broadcast, px).
+
+    On φ ∈ [0, π] the square's x-slab is the arc a < cos φ < b, a = (r′ − e)/r, b = (r′ + e)/r, i.e.
+    arccos(min(b, 1)) < φ < arccos(max(a, −1)), and for r > e the y-slab leaves out the middle
+    arcsin(e/r) ≤ φ ≤ π − arcsin(e/r).  The supremum of the intersection is the slab's upper end unless that
+    falls in the left-out middle, then arcsin(e/r) if the arc starts below it.  Rounded up by a relative
+    1e-9, so float32 coordinates never put a skipped point inside.
+    """
+    e = reach * (1 + 1e-9)
+    r = np.maximum(np.asarray(r, dtype=np.float64), 1e-300)
+    lo = np.arccos(np.clip((r_src + e) / r, -1.0, 1.0))  # the arc starts after this
+    hi = np.arccos(np.clip((r_src - e) / r, -1.0, 1.0))  # and ends before this (r = 0: 0 if r′ ≥ e, else π)
+    gap = np.arcsin(np.minimum(e / r, 1.0))  # y-slab: φ < gap or φ > π − gap (nothing left out if e ≥ r)
+    beyond = hi > math.pi - gap  # the arc reaches the y-slab's upper part
+    sup = np.where(beyond, hi, np.minimum(hi, gap))
+    empty = (lo >= hi) | (~beyond & (lo >= gap))
+    j_max = np.minimum(np.floor(sup * (n_phi / (2 * math.pi)) * (1 + 1e-9)), half).astype(np.int64)
+    return np.where(empty, 0, j_max + 1)
+
+
+@functools.lru_cache(maxsize=64)
+def _sampling_plan(
+    first: int, n_src: int, fine: int, grid: PolarGrid, band: tuple[int, int], block_values: int, dtype: torch.dtype, device
+) -> tuple[_SampleBlock, ...]:
+    """The radius blocks of ``ring_spectra`` and, per source radius r′ and band row r = r′ + δ, the angles
+    j = 0 … j_max(r′, r) up to the last polar point inside the PSF's support square |d_x|, |d_y| < e.
+
+    The block windows (set by each block's smallest radius) are what the cosine series need; sampling only
+    up to each row's own j_max (``_row_lengths``) skips points that would read exact zeros: 36 % of them at
+    128² and 31 % at 512², mostly on the innermost radii, whose full circles the block window must cover.
+    Cached (``clear_caches``): it depends on the geometry only.  One entry per chunk of radii in the
+    memory-bounded mode; its coordinates take about a tenth of the spectra's memory (17 MB at 1024²).
+    Computed with NumPy on the host: a few dozen small-array steps per block, where torch's per-call
+    overhead would dominate.
+    """
+    n_phi, step = grid.n_angles, grid.radial_step
+    reach = psf_reach(fine)
+    lo, hi = band
+    blocks = []
+    for start, stop in _radius_blocks(first, n_src, reach, step, max(1, block_values // ((hi - lo + 1) * grid.n_freq))):
+        r_min = (first + start) * step
+        rows = max(lo, -(first + stop - 1)), min(hi, grid.n_radii - 1 - first - start, _outer_limit(r_min, reach, step))
+        blocks.append((start, stop, rows, _angular_limit(r_min, reach, n_phi)))
+    n_rays = max(half for *_, half in blocks) + 1
+    real = np.float32 if dtype == torch.float32 else np.float64  # coordinates are used at this precision
+    rays = np.empty((3, n_rays + 1, 2), dtype=real)  # (3, J + 1, 2): the rays, then an unused point's (0, 0, −3)
+    rays[:, :n_rays] = _sample_rays(fine, n_rays, grid, dtype=torch.float64).numpy()
+    rays[:, n_rays] = ((0.0, 0.0), (0.0, 0.0), (-3.0, -3.0))  # beyond any bicubic tap of the PSF: reads 0
+    plan = []
+    for start, stop, (r_lo, r_hi), half in blocks:
+        n_rb, n_rows, n_ang = stop - start, r_hi - r_lo + 1, half + 1
+        src = np.arange(first + start, first + stop, dtype=real)  # (Rb,) radius index
+        delta = np.arange(r_lo, r_hi + 1, dtype=real)  # (Db,)
+        r_out = src[:, None] + delta  # (Rb, Db) radius index of the row
+        off_grid = (r_out < 0) | (r_out >= grid.n_radii)  # rows past the polar grid's ends
+        lengths = np.where(off_grid, 0, _row_lengths(src[:, None] * step, r_out * step, reach, half, n_phi))  # (Rb, Db)
+        most = int(lengths.sum(1).max()) if n_rows > 0 else 0  # the most points any radius needs
+        if most == 0:
+            plan.append(_SampleBlock(start, stop, (r_lo, r_hi), half, None, None))
+            continue
+        rb = np.arange(n_rb)[:, None]  # (Rb, 1)
+        shared = lengths.max(0)  # (Db,) the longest row over the block's radii
+        if int(shared.sum()) <= most:  # one set of (δ, j) points serves every radius (all but the innermost block)
+            row = np.repeat(np.arange(n_rows), shared)  # (P,)
+            ang = np.arange(row.size) - (np.cumsum(shared) - shared)[row]  # (P,)
+            unused = off_grid[:, row]  # (Rb, P): another radius's row, off this one's grid
+        else:  # each radius its own points, padded to the longest list
+            ends = np.cumsum(lengths, 1)  # (Rb, Db) the radius's points row after row, then padding
+            point = np.broadcast_to(np.arange(most), (n_rb, most))  # (Rb, P)
+            # one sorted search for all radii: offset each radius's ends and points past the previous ones
+            found = np.searchsorted((ends + rb * (most + 1)).ravel(), (point + rb * (most + 1)).ravel(), side="right")
+            row = np.minimum(found.reshape(n_rb, most) - rb * n_rows, n_rows - 1)  # (Rb, P) row of each point
+            ang = point - np.take_along_axis(ends - lengths, row, 1)  # (Rb, P) angle index within its row
+            unused = point >= ends[:, -1:]  # (Rb, P) padding
+            ang = np.where(unused, n_rays, ang)  # the unused point's ray
+        a_j, b_j, c_j = (np.take(rays[i], ang, axis=0) for i in range(3))  # (…, P, 2) each
+        xy = np.multiply(src[:, None, None], a_j)  # (Rb, P, 2) = i A_j + δ B_j + C, in place after the first step
+        xy += c_j
+        xy += np.take(delta, row)[..., None] * b_j
+        if unused.any() and ang.ndim == 1:  # shared points on rows past some radii's grid ends
+            np.putmask(xy, np.broadcast_to(unused[..., None], xy.shape), -3.0)
+        slot = np.where(unused, n_rows * n_rb * n_ang, (row * n_rb + rb) * n_ang + ang)  # (Rb, P) in (Db, Rb, J)
+        xy_t = torch.from_numpy(xy[:, None]).to(device=device, dtype=dtype)  # (Rb, 1, P, 2)
+        plan.append(_SampleBlock(start, stop, (r_lo, r_hi), half, xy_t, torch.from_numpy(slot).to(device)))
+    return tuple(plan)
 
 
 def _radius_blocks(first: int, n_src: int, reach: float, radial_step: float, max_radii: int, ratio: float = 1.4) -> list[tuple[int, int]]:
@@ -441,35 +570,36 @@ def ring_spectra(psfs: Tensor, first: int, grid: PolarGrid, *, band: tuple[int, 
     (r, φ) by bicubic interpolation of its 0.5-px sampling.  A Seidel PSF is mirror-symmetric about its
     field axis (W depends on u only through u·h and |u|), so h(r, −φ) = h(r, φ): the spectra are cosine
     series of the samples at φ ∈ [0, π], real, which halves their memory and the cost of applying them.
-    Only the window where the PSF's support square |d_x|, |d_y| < e (``psf_reach``) can be met is sampled:
-    angles below atan2(e, r′ − e) (``_angular_limit``) and rows up to ``_outer_limit``; the rest are exact
-    zeros, and the spectra come from the window alone (``cosine_series``).  The radii are processed in
-    blocks (``_radius_blocks``) whose windows are set by their smallest radius.
+    Only the window where the PSF's support square |d_x|, |d_y| < e (``psf_reach``) can be met enters the
+    cosine series (``cosine_series``): angles below atan2(e, r′ − e) (``_angular_limit``) and rows up to
+    ``_outer_limit``, for blocks of radii (``_radius_blocks``) whose windows are set by their smallest radius;
+    within it, each radius and ring is read only up to its own last angle inside the square and the rest
+    of the window is zero-filled (``_sampling_plan``).  The rest are exact zeros.
 
     psfs: (R, k+2, F) upper halves of the PSFs of the sources at radii r′_i = (first + i) Δr along +x,
     sampled every 1/U px (U = ``PSF_UPSAMPLE``), unit sum on the pixel grid (``radial_psfs``).
     first: radius index of the first source.  band: (δ_lo, δ_hi) of ``band_limits``.
     Returns (δ_hi − δ_lo + 1, R, n_φ//2+1) real; rows with r′ + δ outside [0, N) are zero.
     """
-    n_src, n_phi, step = psfs.shape[0], grid.n_angles, grid.radial_step
-    reach = psf_reach(psfs.shape[-1])
+    n_src, n_phi = psfs.shape[0], grid.n_angles
     lo, hi = band
-    plan = []  # (start, stop, (first row δ, last row δ), last angle index)
-    for start, stop in _radius_blocks(first, n_src, reach, step, max(1, BLOCK_VALUES // ((hi - lo + 1) * grid.n_freq))):
-        r_min = (first + start) * step
-        rows = max(lo, -(first + stop - 1)), min(hi, grid.n_radii - 1 - first - start, _outer_limit(r_min, reach, step))
-        plan.append((start, stop, rows, _angular_limit(r_min, reach, n_phi)))
-    rays = _sample_rays(psfs.shape[-1], max(half for *_, half in plan) + 1, grid, dtype=psfs.dtype, device=psfs.device)
-    short = [half + 1 for *_, half in plan if _short_window(half + 1, n_phi)]
+    plan = _sampling_plan(first, n_src, psfs.shape[-1], grid, band, BLOCK_VALUES, psfs.dtype, psfs.device)
+    short = [b.half + 1 for b in plan if _short_window(b.half + 1, n_phi)]
     table = cosine_table(n_phi, max(short), dtype=psfs.dtype, device=psfs.device) if short else None
     out = psfs.new_empty(hi - lo + 1, n_src, grid.n_freq)  # (D, R, K)
-    for start, stop, (r_lo, r_hi), half in plan:
-        block = out[:, start:stop]  # (D, Rb, K)
+    for b in plan:
+        block = out[:, b.start : b.stop]  # (D, Rb, K)
+        (r_lo, r_hi), n_rows = b.rows, b.rows[1] - b.rows[0] + 1
+        if b.xy is None:  # the PSFs reach no ring of the grid
+            block.zero_()
+            continue
         block[: max(0, r_lo - lo)].zero_()  # rows the PSFs cannot reach
         block[max(0, r_hi - lo + 1) :].zero_()
-        if r_lo <= r_hi:
-            samples = _polar_samples(psfs[start:stop], first + start, (r_lo, r_hi), rays[:, : half + 1], grid)  # (Rb, Db, J)
-            block[r_lo - lo : r_hi - lo + 1] = cosine_series(samples, n_phi, table).transpose(0, 1)
+        samples = F.grid_sample(psfs[b.start : b.stop, None], b.xy, mode="bicubic", padding_mode="zeros", align_corners=True)  # (Rb, 1, 1, P)
+        profiles = psfs.new_zeros(n_rows * (b.stop - b.start) * (b.half + 1) + 1)  # (Db·Rb·J + spill)
+        profiles.scatter_(0, b.slot.flatten(), samples.flatten())
+        profiles = profiles[:-1].view(n_rows, -1, b.half + 1)  # (Db, Rb, J): h at (r′ + δ, φ_j), zero past j_max
+        block[r_lo - lo : r_hi - lo + 1] = cosine_series(profiles, n_phi, table)
     return out
 
 
@@ -613,7 +743,7 @@ class RingBlur(nn.Module):
             cache=self.cache,
             chunk_radii=self.chunk_radii,
         )
-        idx, w = interpolation_taps(self.grid, interp=interp, dtype=dtype, device=device)
+        idx, w = _shared_taps(self.grid, interp, dtype, None if device is None else torch.device(device))
         self.register_buffer("taps_idx", idx, persistent=False)
         self.register_buffer("taps_w", w, persistent=False)
         if self.cache:  # all radii in one pass: the PSFs are small next to the spectra
@@ -683,21 +813,24 @@ def pixel_psfs(
     psf_size: int,
     oversampling: float = 2.0,
     dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
 ) -> Tensor:
     """PSF(·; h_q) for every pixel q, h_q = (q − centre) / field_radius: the brute-force model's kernels.
 
-    image_shape: (H, W) px.  field_radius: px for H = 1.  psf_size: M (odd).  Returns (H, W, M, M), each
-    unit-sum with its centre at index M//2.  Memory H·W·M² values: small images only.
+    image_shape: (H, W) px.  field_radius: px for H = 1.  psf_size: M (odd).  Returns (H, W, M, M) on
+    ``device``, each unit-sum with its centre at index M//2.  Memory H·W·M² values: small images only.
     """
     check_psf_size(psf_size)
     h, w = image_shape
     cy, cx = (h - 1) / 2.0, (w - 1) / 2.0
     fy, fx = torch.meshgrid(
-        (torch.arange(h, dtype=dtype) - cy) / field_radius, (torch.arange(w, dtype=dtype) - cx) / field_radius, indexing="ij"
+        (torch.arange(h, dtype=dtype, device=device) - cy) / field_radius,
+        (torch.arange(w, dtype=dtype, device=device) - cx) / field_radius,
+        indexing="ij",
     )
     field = torch.stack([fx, fy], dim=-1)  # (H, W, 2)
-    c = coeffs.as_tensor(dtype=dtype)
-    out = torch.empty(h, w, psf_size, psf_size, dtype=dtype)
+    c = coeffs.as_tensor(dtype=dtype, device=device)
+    out = torch.empty(h, w, psf_size, psf_size, dtype=dtype, device=device)
     for i0 in range(0, h, 16):  # row blocks bound the complex pupil/far-field temporaries
         out[i0 : i0 + 16] = seidel_psf(c, field[i0 : i0 + 16], size=psf_size, oversampling=oversampling)
     return out  # (H, W, M, M)
@@ -733,6 +866,7 @@ __all__ = [
     "RingBlur",
     "band_limits",
     "cart_to_polar",
+    "clear_caches",
     "cosine_series",
     "cosine_table",
     "interpolation_taps",
