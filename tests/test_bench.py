@@ -85,3 +85,4 @@ def test_ring_stage_benchmark_times_every_stage(tmp_path):
     assert set(data["stages"]) == {"taps", "sampling_plan", "radial_psfs", "spectra", "apply", "end_to_end", "end_to_end_cold"}
     assert all(0 < s["min_ms"] <= s["median_ms"] for s in data["stages"].values())
     assert data["end_to_end_minor_page_faults"] >= 0 and data["size"] == 32
+    assert 0 < data["psf_reads_per_build"] < data["psf_reads_in_block_windows"]  # the per-ring windows skip reads
