@@ -78,6 +78,23 @@ def test_module_imports_without_tensorflow_and_names_the_install_command():
     assert "stardist" in res.stdout
 
 
+def test_torch_can_train_after_the_extra_is_loaded(stardist_extra):
+    """TensorFlow loaded first made the next torch optimizer segfault (Triton's import): a fresh process
+    loads the extra through the package, then builds AdamW and takes a step."""
+    code = (
+        "import dgno.downstream as ds, torch\n"
+        "ds._import_stardist()\n"
+        "lin = torch.nn.Linear(2, 2)\n"
+        "opt = torch.optim.AdamW(lin.parameters())\n"
+        "lin(torch.ones(1, 2)).sum().backward(); opt.step()\n"
+        "print('stepped')\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "stepped" in res.stdout
+
+
 # ------------------------------------------------------------------------------------------ metric
 
 

@@ -49,6 +49,11 @@ class MissingExtraError(ImportError):
 def _import_stardist() -> None:
     """Import tensorflow, stardist and csbdeep, capping the thread pools before TensorFlow runs; else say how to install."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep C++ info/warnings out of rule logs
+    # Load torch's compiler stack (and with it Triton's LLVM) before TensorFlow's: in the other order the
+    # first torch optimizer of the process (AdamW imports torch._dynamo, which imports Triton) segfaults,
+    # so a session that scores StarDist and then trains (a notebook, one pytest run) would crash.
+    import torch._dynamo  # noqa: F401
+
     try:
         import csbdeep  # noqa: F401
         import stardist  # noqa: F401
