@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import imagecodecs
 import numpy as np
 import pytest
 import tifffile
 import torch
 
-from dgno.io import InputError, atomic_path, read_image, write_json
+from dgno.io import InputError, atomic_path, read_image, read_raw_image, write_json
 from dgno.tiling import edge_weight, tile_starts, tiled_apply
 
 
@@ -44,6 +45,23 @@ def test_uint16_scaling_and_minmax(tmp_path):
     np.testing.assert_allclose(read_image(tmp_path / "a.tif"), arr / 65535, rtol=1e-6)
     mm = read_image(tmp_path / "a.tif", normalise="minmax")
     assert mm.min() == 0 and mm.max() == 1
+
+
+def test_png_keeps_its_stored_bit_depth(tmp_path):
+    """16-bit colour PNGs (DPDD) keep all 16 bits: Pillow would return them as 8-bit RGB."""
+    rng = np.random.default_rng(0)
+    rgb16 = rng.integers(0, 65536, (5, 7, 3), dtype=np.uint16)
+    gray16 = rng.integers(0, 65536, (5, 7), dtype=np.uint16)
+    rgba8 = rng.integers(0, 256, (5, 7, 4), dtype=np.uint8)
+    for name, arr in (("rgb16", rgb16), ("gray16", gray16), ("rgba8", rgba8)):
+        (tmp_path / f"{name}.png").write_bytes(imagecodecs.png_encode(arr))
+        back = read_raw_image(tmp_path / f"{name}.png")
+        assert back.dtype == arr.dtype and np.array_equal(back, arr), name
+    np.testing.assert_allclose(read_image(tmp_path / "rgb16.png"), rgb16 / 65535, rtol=1e-6)
+    assert read_image(tmp_path / "rgba8.png").shape == (5, 7, 3)  # alpha dropped
+    (tmp_path / "trunc.png").write_bytes((tmp_path / "rgb16.png").read_bytes()[:40])
+    with pytest.raises(InputError, match=r"trunc\.png: cannot be decoded.*Fix:"):
+        read_raw_image(tmp_path / "trunc.png")
 
 
 def test_atomic_write_leaves_nothing_on_failure(tmp_path):

@@ -146,7 +146,9 @@ def test_paired_chain_through_the_workflow(tmp_path, bbbc006_server):  # noqa: F
     test = load_pairs(data / "dpdd", split="test", levels=["real"])
     blur, sharp = pair(3, dtype=np.uint16)
     assert test[0].gt.shape == (*SHAPE, 3)
-    np.testing.assert_allclose(test[0].gt, sharp / 65535, atol=1 / 255)  # 16-bit RGB PNG decodes at 8-bit precision
+    assert read_json(data / "dpdd" / "manifest.json")["dtype"] == "uint16"  # all 16 bits of DPDD's PNGs kept
+    np.testing.assert_allclose(test[0].gt, sharp / 65535, rtol=1e-6, atol=1e-7)  # not just to 8-bit precision
+    np.testing.assert_allclose(test[0].blur, blur / 65535, rtol=1e-6, atol=1e-7)
     histech_train = load_pairs(data / "3dhistech", split="train", levels=["real"])
     assert histech_train[0].blur.shape == (256, 256, 3)
     ranges = [r["range"] for r in srv.served("DPDD.zip")]

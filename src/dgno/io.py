@@ -32,7 +32,10 @@ def _fail(path: Path | str, problem: str, fix: str) -> InputError:
 def read_raw_image(path: str | Path) -> np.ndarray:
     """Read an image file as stored (dtype and value range untouched).
 
-    TIFFs go through tifffile (16-bit microscopy data), other formats through scikit-image.
+    TIFFs go through tifffile (16-bit microscopy data), PNGs through imagecodecs (libpng), JPEGs
+    through scikit-image.  PNGs do not go through scikit-image because its Pillow reader turns 16-bit
+    colour PNGs (DPDD's 48-bit photos) into 8-bit RGB, silently dropping the low byte; libpng keeps
+    every stored bit depth (1-bit masks come back as 0/255 uint8).
     Raises InputError for a missing, empty, truncated or non-image file.
     """
     path = Path(path)
@@ -48,6 +51,10 @@ def read_raw_image(path: str | Path) -> np.ndarray:
             import tifffile
 
             arr = tifffile.imread(path)
+        elif suffix == ".png":
+            import imagecodecs
+
+            arr = imagecodecs.png_decode(path.read_bytes())
         else:
             import skimage.io
 

@@ -17,9 +17,8 @@ business; this module drives it from the workflow:
 Images keep their stored dtype (8- or 16-bit) and channels; ``normalise: dtype`` in the manifest
 makes :func:`dgno.io.read_image` divide by the dtype maximum, and ``channels`` records the channel
 count that training builds the model for (3 for the RGB sets; training reads it off the images).
-DPDD's 16-bit colour PNGs come out of Pillow (the only PNG decoder installed) at 8-bit precision; the
-quantisation error (about -59 dB) is far below the ~26 dB PSNRs the paper compares, and the manifest
-records the dtype actually stored.
+DPDD's 16-bit colour PNGs are prepared as uint16 TIFFs with all 16 bits (``dgno.io.read_raw_image``
+decodes PNGs with libpng), and the manifest records the dtype actually stored.
 """
 
 from __future__ import annotations
