@@ -61,6 +61,12 @@ def trained_model(nuclei_image, tmp_path_factory):
 # ------------------------------------------------------------------------------- without the extra
 
 
+def _run_fresh(code: str, *, timeout: int) -> subprocess.CompletedProcess:
+    """Run `code` in a new interpreter (one thread): import order and missing modules are per process."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
+
+
 def test_module_imports_without_tensorflow_and_names_the_install_command():
     code = (
         "import sys; sys.modules['tensorflow'] = None\n"  # makes `import tensorflow` raise ImportError
@@ -71,8 +77,7 @@ def test_module_imports_without_tensorflow_and_names_the_install_command():
         "except ds.MissingExtraError as e:\n"
         "    print(e)\n"
     )
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    res = _run_fresh(code, timeout=60)
     assert res.returncode == 0, res.stderr
     assert "pip install -r requirements-stardist.txt" in res.stdout
     assert "stardist" in res.stdout
@@ -89,8 +94,7 @@ def test_torch_can_train_after_the_extra_is_loaded(stardist_extra):
         "lin(torch.ones(1, 2)).sum().backward(); opt.step()\n"
         "print('stepped')\n"
     )
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    res = _run_fresh(code, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "stepped" in res.stdout
 
