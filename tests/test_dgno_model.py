@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from dgno.layers.blocks import ENCODER_BLOCKS, Downsample, ShallowInput, Upsample, make_encoder_block, pad_to_multiple
+from dgno.layers.blocks import ENCODER_BLOCKS, FAM, SCM, Downsample, Upsample, make_encoder_block, pad_to_multiple
 from dgno.layers.operator import DGOperatorLayer, GlobalGalerkinLayer, LocalGalerkinLayer
 from dgno.models.dgno import DGNO
 from dgno.models.registry import build_model, from_checkpoint, list_models, model_spec
@@ -134,7 +134,11 @@ def test_resampling_blocks_and_padding():
     x = torch.rand(2, 16, 12, 20)
     assert Downsample(16, 32)(x).shape == (2, 32, 6, 10)
     assert Upsample(16, 8)(x).shape == (2, 8, 24, 40)
-    assert ShallowInput(in_channels=1, dim=16)(x, torch.rand(2, 1, 12, 20)).shape == x.shape
+    shallow = SCM(in_channels=1, dim=16)(torch.rand(2, 1, 12, 20) * 1000.0)
+    assert shallow.shape == x.shape
+    # affine InstanceNorm (initial γ = 1, β = 0): each map has zero mean and unit variance, whatever the brightness
+    assert_close(shallow.mean(dim=(2, 3)), torch.zeros(2, 16), atol=1e-5, rtol=0)
+    assert FAM(16)(x, shallow).shape == x.shape
     p = pad_to_multiple(torch.arange(9.0).view(1, 1, 3, 3), 4)
     assert p.shape == (1, 1, 4, 4)
     assert_close(p[0, 0, :3, 3], torch.tensor([1.0, 4.0, 7.0]))  # reflected, not zero

@@ -84,17 +84,28 @@ def test_assembly_1d_neumann_by_hand():
     assert_close(got, expected)
 
 
-def test_assembly_dirichlet_ghost_is_zero_operator():
-    ops = _line([1.0, 2.0, 4.0])
+def test_assembly_dirichlet_adds_flux_of_the_inner_face_against_a_zero_ghost():
+    # the authors' convention: on both ends + F(K_b, 0), K_b = the boundary element's face that
+    # points into the domain (first element: its plus face; last element: its minus face)
+    minus, plus = _line([1.0, 2.0, 4.0]), _line([10.0, 20.0, 40.0])
     for kind in FLUXES:
-        got = assemble_axis(ops, ops, axis=2, flux=kind, boundary="dirichlet", tau=0.7)
-        neu = assemble_axis(ops, ops, axis=2, flux=kind, boundary="neumann", tau=0.7)
-        zero = torch.zeros_like(ops[:, :, :1])
-        first, last = ops[:, :, :1], ops[:, :, -1:]
-        # first element is R of the ghost face: − F(0, R); last is L of the ghost face: + F(L, 0)
-        assert_close(got[:, :, :1] - neu[:, :, :1], -numerical_flux(kind, zero, first, 0.7))
-        assert_close(got[:, :, -1:] - neu[:, :, -1:], numerical_flux(kind, last, zero, 0.7))
+        got = assemble_axis(minus, plus, axis=2, flux=kind, boundary="dirichlet", tau=0.7)
+        neu = assemble_axis(minus, plus, axis=2, flux=kind, boundary="neumann", tau=0.7)
+        zero = torch.zeros_like(minus[:, :, :1])
+        assert_close(got[:, :, :1] - neu[:, :, :1], numerical_flux(kind, plus[:, :, :1], zero, 0.7))
+        assert_close(got[:, :, -1:] - neu[:, :, -1:], numerical_flux(kind, minus[:, :, -1:], zero, 0.7))
         assert_close(got[:, :, 1:-1], neu[:, :, 1:-1])
+    # central: the old convention (− F(0, K) on the first side) would give −½·10 here, not +½·10
+    first = assemble_axis(minus, plus, axis=2, flux="central", boundary="dirichlet")[0, 0, 0, 0, 0, 0]
+    assert_close(first, torch.tensor(0.5 * 10.0 + 0.5 * (10.0 + 2.0)))
+
+
+def test_assembly_periodic_wraps_minus_of_last_against_plus_of_first():
+    # authors' face wrap: F(left face of the last column, right face of the first column)
+    minus, plus = _line([1.0, 2.0, 4.0]), _line([10.0, 20.0, 40.0])
+    got = assemble_axis(minus, plus, axis=2, flux="jump", boundary="periodic", tau=1.0)
+    f01, f12, wrap = -(2.0 - 10.0), -(4.0 - 20.0), -(10.0 - 4.0)  # −τ (R − L)
+    assert_close(got, _line([f01 - wrap, f12 - f01, wrap - f12]))
 
 
 def test_assembly_periodic_wraps_last_to_first():
@@ -128,11 +139,13 @@ def test_dirichlet_grid_sum_equals_boundary_fluxes():
     top, bottom, left, right = (_grid(seed=s) for s in range(4))
     total = interface_fluxes(top, bottom, left, right, flux="avg_jump", boundary="dirichlet", tau=0.4)
     z = torch.zeros_like(top[:, :1])
+    zc = torch.zeros_like(left[:, :, :1])
+    # interior fluxes cancel; each side adds F(inner face of its boundary elements, 0)
     expected = (
-        -numerical_flux("avg_jump", z, top[:, :1], 0.4).sum(dim=(1, 2))
-        + numerical_flux("avg_jump", bottom[:, -1:], z, 0.4).sum(dim=(1, 2))
-        - numerical_flux("avg_jump", z[:, :, :1].expand_as(left[:, :, :1]), left[:, :, :1], 0.4).sum(dim=(1, 2))
-        + numerical_flux("avg_jump", right[:, :, -1:], z[:, :, :1].expand_as(right[:, :, -1:]), 0.4).sum(dim=(1, 2))
+        numerical_flux("avg_jump", bottom[:, :1], z, 0.4).sum(dim=(1, 2))
+        + numerical_flux("avg_jump", top[:, -1:], z, 0.4).sum(dim=(1, 2))
+        + numerical_flux("avg_jump", right[:, :, :1], zc, 0.4).sum(dim=(1, 2))
+        + numerical_flux("avg_jump", left[:, :, -1:], zc, 0.4).sum(dim=(1, 2))
     )
     assert_close(total.sum(dim=(1, 2)), expected, atol=1e-5, rtol=1e-5)
 

@@ -37,8 +37,9 @@ def _reference_qkv(layer, x):
     """Q, K̃, Ṽ as (B, h, H·W, d), computed the slow obvious way."""
     q, k, v = layer.qkv(x).chunk(3, dim=1)
     q, k, v = (rearrange(t, "b (h d) y x -> b h (y x) d", h=layer.heads) for t in (q, k, v))
-    def ln(t, n):
-        return torch.nn.functional.layer_norm(t, t.shape[-1:], eps=n.eps) * n.weight[:, None] + n.bias[:, None]
+    def ln(t, n):  # the authors' per-head norm: unbiased std, ε added to the std
+        t = (t - t.mean(-1, keepdim=True)) / (t.std(-1, keepdim=True) + n.eps)
+        return t * n.weight[:, None] + n.bias[:, None]
     return q, ln(k, layer.k_norm), ln(v, layer.v_norm)
 
 
@@ -47,8 +48,9 @@ def test_global_layer_matches_srno_formula():
     x = _x(2, C, 6, 10)
     q, k, v = _reference_qkv(layer, x)
     op = k.transpose(-1, -2) @ v / (6 * 10)  # (B, h, d, d)
-    z = x + rearrange(q @ op, "b h (y x) d -> b (h d) y x", y=6)
-    assert_close(layer(x), z + layer.mlp(z), atol=1e-5, rtol=1e-5)
+    qk = rearrange(q @ op, "b h (y x) d -> b (h d) y x", y=6)
+    # out = x + MLP(x + Q K): the operator term only enters through the MLP
+    assert_close(layer(x), x + layer.mlp(x + qk), atol=1e-5, rtol=1e-5)
 
 
 def test_dg_single_element_without_flux_equals_gg():
@@ -111,8 +113,8 @@ def test_dg_layer_matches_explicit_assembly(variant):
         )
     op = vol + interface_fluxes(*faces, flux="avg_jump", boundary="dirichlet", tau=dg.tau)
     z = torch.einsum("bijhxyk,bijhkl->bijhxyl", q, op)
-    z = x + rearrange(z, "b nh nw h p1 p2 d -> b (h d) (nh p1) (nw p2)")
-    assert_close(dg(x), z + dg.mlp(z), atol=1e-5, rtol=1e-5)
+    z = rearrange(z, "b nh nw h p1 p2 d -> b (h d) (nh p1) (nw p2)")
+    assert_close(dg(x), x + dg.mlp(x + z), atol=1e-5, rtol=1e-5)
 
 
 def test_galerkin_operator_is_scaled_gram():

@@ -104,6 +104,13 @@ def _cmd_lam(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_import_official(args: argparse.Namespace) -> int:
+    from dgno.models.official import import_official
+
+    print(import_official(args.checkpoint, args.options, args.out, weights=args.weights))
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from dgno.config import load_config
     from dgno.report.build import build_report
@@ -204,6 +211,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sigma-max", type=float, default=8.0, help="blur (px) of the path's start (default 8)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.set_defaults(func=_cmd_lam)
+
+    p = sub.add_parser("import-official", help="turn an authors' DGNO checkpoint (BasicSR .pth) into a dgno model.pt")
+    p.add_argument("checkpoint", help="the authors' checkpoint, e.g. DGNO_BBBC006_w1_Face.pth ({'params': state_dict, ...})")
+    p.add_argument("--options", required=True, help="the authors' option file for it (options/DGNO_*.yml), or a JSON with a network_g block")
+    p.add_argument("--out", required=True, help="model.pt to write (loads in dgno deblur / evaluate / lam)")
+    p.add_argument(
+        "--weights",
+        choices=["params", "params_ema"],
+        default="params",
+        help="which weights of the checkpoint (default params: the ones the authors' test scripts evaluate)",
+    )
+    p.set_defaults(func=_cmd_import_official)
 
     p = sub.add_parser("data", help="dataset utilities")
     data_sub = p.add_subparsers(dest="data_command", required=True)

@@ -476,7 +476,7 @@ def _train(
 
     start = 0
     if ckpt_path.exists():
-        state = torch.load(ckpt_path, map_location=device, weights_only=False)
+        state = torch.load(ckpt_path, map_location=device, weights_only=True)
         if state.get("spec") != spec:
             raise InputError(
                 f"{ckpt_path}: checkpoint was written for a different model/config ({state.get('spec')}). "
@@ -604,9 +604,13 @@ def load_trained(path: str | Path, device: torch.device | str = "cpu") -> tuple[
     if not path.exists():
         raise InputError(f"{path}: checkpoint does not exist. Fix: train the model first (snakemake ... model.pt)")
     try:
-        blob = torch.load(path, map_location=device, weights_only=False)
+        # weights_only: a model file is data; full unpickling would run code from a shared file
+        blob = torch.load(path, map_location=device, weights_only=True)
     except Exception as exc:  # noqa: BLE001
-        raise InputError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc}). Fix: retrain or re-copy it") from exc
+        raise InputError(
+            f"{path}: not a readable checkpoint, or one holding objects other than tensors and plain data "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). Fix: retrain or re-copy it; never load model files from untrusted sources"
+        ) from exc
     if not isinstance(blob, dict) or "spec" not in blob or "state_dict" not in blob:
         raise InputError(f"{path}: not a dgno model file (no model spec inside). Fix: use the model.pt written by 'dgno train'")
     spec = blob["spec"]

@@ -1,4 +1,4 @@
-"""Convolutional primitives of the DGNO network: resampling, shallow inputs, lifting blocks.
+"""Convolutional primitives of the DGNO network: resampling, shallow input branch (SCM/FAM), lifting blocks.
 
 Also holds the small encoder-block registry, so the lifting encoder can use the light
 ``"conv"`` block (CPU demo) or MambaIRv2's ``"assm"`` block (paper) without the network
@@ -100,36 +100,46 @@ class Upsample(nn.Module):
         return self.body(x)
 
 
-class ShallowInput(nn.Module):
-    """f' = Conv3×3([f, S(x_s)]): fuse a resized input image x_s into encoder features f.
+class SCM(nn.Module):
+    """S(x_s) = IN(W₄ GELU(W₃ GELU(W₂ GELU(W₁ x_s)))): the shallow input branch of a coarse level.
 
-    S is a MIMO-UNet-style shallow conv stack (3×3 → 1×1 → 3×3 → 1×1, the raw image
-    concatenated back at the end), giving the coarse encoder levels direct access to
-    the blurred image at their own scale rather than only through the strided path.
-    Shapes: f (B, dim, h, w), x_s (B, in_channels, h, w) → (B, dim, h, w).
+    W₁ 3×3 → dim/4, W₂ 1×1 → dim/2, W₃ 3×3 → dim/2, W₄ 1×1 → dim (all with bias), then an
+    affine InstanceNorm (MIMO-UNet's shallow convolutional module, as the authors use it).
+    It gives the 1/2 and 1/4 encoder levels direct access to the blurred image at their
+    own scale rather than only through the strided path; the instance norm puts that
+    branch on a per-image scale, whatever the image's brightness.
+    Shapes: x_s (B, in_channels, h, w) → (B, dim, h, w).
     """
 
     def __init__(self, *, in_channels: int, dim: int) -> None:
         super().__init__()
-        if dim <= in_channels or dim % 4:
-            raise ValueError(f"ShallowInput dim must be a multiple of 4 larger than in_channels, got {dim}")
+        if dim % 4:
+            raise ValueError(f"SCM dim must be a multiple of 4, got {dim}")
         q, h = dim // 4, dim // 2
-        self.shallow = nn.Sequential(
+        self.body = nn.Sequential(
             nn.Conv2d(in_channels, q, 3, padding=1),
-            nn.ReLU(inplace=True),
+            nn.GELU(),
             nn.Conv2d(q, h, 1),
-            nn.ReLU(inplace=True),
+            nn.GELU(),
             nn.Conv2d(h, h, 3, padding=1),
-            nn.ReLU(inplace=True),
-            nn.Conv2d(h, dim - in_channels, 1),
-            nn.ReLU(inplace=True),
+            nn.GELU(),
+            nn.Conv2d(h, dim, 1),
+            nn.InstanceNorm2d(dim, affine=True),
         )
-        self.mix = nn.Conv2d(dim, dim, 1)  # mixes the learned maps with the raw image
-        self.fuse = nn.Conv2d(2 * dim, dim, 3, padding=1)
 
-    def forward(self, feat: Tensor, image: Tensor) -> Tensor:
-        s = self.mix(torch.cat([self.shallow(image), image], dim=1))  # (B, dim, h, w)
-        return self.fuse(torch.cat([feat, s], dim=1))
+    def forward(self, image: Tensor) -> Tensor:
+        return self.body(image)
+
+
+class FAM(nn.Module):
+    """f' = Conv3×3([f, s]): fuse encoder features f with the shallow branch s (both (B, dim, h, w))."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.merge = nn.Conv2d(2 * dim, dim, 3, padding=1)
+
+    def forward(self, feat: Tensor, shallow: Tensor) -> Tensor:
+        return self.merge(torch.cat([feat, shallow], dim=1))
 
 
 class ConvBlock(nn.Module):

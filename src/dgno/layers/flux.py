@@ -12,11 +12,12 @@ loses (conservation, as in finite-volume/DG schemes).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Literal, get_args
 
 import torch
 from torch import Tensor
+
+from dgno.choices import check_choice
 
 FluxName = Literal["central", "jump", "avg_jump", "upwind"]
 BoundaryName = Literal["neumann", "dirichlet", "periodic"]
@@ -25,16 +26,6 @@ FLUXES: tuple[str, ...] = get_args(FluxName)
 BOUNDARIES: tuple[str, ...] = get_args(BoundaryName)
 # Fluxes that use the penalty τ; the others have no free coefficient.
 PENALTY_FLUXES: tuple[str, ...] = ("jump", "avg_jump")
-
-
-def check_choice(what: str, value: object, allowed: Sequence[str]) -> None:
-    """Raise ``ValueError`` naming the bad ``value`` and the ``allowed`` ones.
-
-    Options are plain strings (``Literal``) so configs stay readable; a typo must
-    fail loudly at construction, not silently fall through to a default branch.
-    """
-    if value not in allowed:
-        raise ValueError(f"unknown {what} {value!r}; allowed: {', '.join(map(repr, allowed))}")
 
 
 def central(L: Tensor, R: Tensor) -> Tensor:
@@ -97,41 +88,47 @@ def assemble_axis(
     boundary: BoundaryName,
     tau: Tensor | float | None = None,
 ) -> Tensor:
-    """Net flux per element along one grid axis: Σ_f F_f added on L side, subtracted on R side.
+    """Net flux per element along one grid axis, in the authors' conventions.
 
     ``minus``/``plus`` hold each element's operator on its low-index face (left or
-    top) and high-index face (right or bottom); both have the element grid on
-    ``axis``.  Element e is R of interface e−½ (its ``minus`` face meets the
-    neighbour's ``plus`` face) and L of interface e+½, hence
+    top) and high-index face (right or bottom); both have the n elements on ``axis``.
 
-        contribution_e = F_{e+½} − F_{e−½}.
+    Interior interface e+½ (0 ≤ e < n−1) joins element e (L, its ``plus`` face) and
+    e+1 (R, its ``minus`` face); F_{e+½} = F(plus_e, minus_{e+1}) is added to e and
+    subtracted from e+1 (conservation), so contribution_e = F_{e+½} − F_{e−½}.
 
-    Boundary interfaces (why each):
-      * neumann   – zero normal flux: boundary interfaces contribute nothing;
-      * dirichlet – the outside is a zero ghost operator: F(0, minus_0) on the
-        first face, F(plus_last, 0) on the last, using the element's own outward face;
-      * periodic  – the last element's right/lower neighbour is the first element.
+    Domain boundary, as the authors' code computes it (their code made the paper's
+    numbers; App. D of the paper describes a different ghost placement):
+      * neumann   – zero normal flux: nothing is added;
+      * dirichlet – zero ghost on *every* side, always as F(K_b, 0) and always *added*:
+        the first element adds F(plus_0, 0), the last adds F(minus_{n−1}, 0), i.e. the
+        boundary element's face that points *into* the domain (for the cell variant
+        both are K_vol);
+      * periodic  – one wrap interface F(minus_{n−1}, plus_0), added to the last
+        element and subtracted from the first.
     Returns a tensor shaped like ``minus``.
     """
     check_choice("flux", flux, FLUXES)
     check_choice("boundary", boundary, BOUNDARIES)
     axis = axis % minus.dim()
     n = minus.shape[axis]
-    if boundary == "periodic":
-        # interface e+½ between element e (L, plus face) and e+1 mod n (R, minus face)
-        f = numerical_flux(flux, plus, torch.roll(minus, shifts=-1, dims=axis), tau)  # n interfaces
-        return f - torch.roll(f, shifts=1, dims=axis)
-    ghost = torch.zeros_like(minus.narrow(axis, 0, 1))
-    # n+1 interfaces: index i sits between element i−1 (L) and element i (R)
-    L_ext = torch.cat([ghost, plus], dim=axis)
-    R_ext = torch.cat([minus, ghost], dim=axis)
-    f = numerical_flux(flux, L_ext, R_ext, tau)
-    if boundary == "neumann":
-        # drop the two boundary faces; a 1-element axis has no interior face at all
-        interior = f.narrow(axis, 1, n - 1)
-        zero = torch.zeros_like(ghost)
-        f = torch.cat([zero, interior, zero], dim=axis)
-    return f.narrow(axis, 1, n) - f.narrow(axis, 0, n)
+    first, last = (lambda t: t.narrow(axis, 0, 1)), (lambda t: t.narrow(axis, n - 1, 1))
+    interior = numerical_flux(flux, plus.narrow(axis, 0, n - 1), minus.narrow(axis, 1, n - 1), tau)  # n−1 interfaces
+    zero = torch.zeros_like(first(minus))
+    out = torch.cat([interior, zero], dim=axis) - torch.cat([zero, interior], dim=axis)
+    if boundary == "dirichlet":
+        ghost = torch.zeros_like(zero)
+        edge = torch.zeros_like(out)
+        edge.narrow(axis, 0, 1).add_(numerical_flux(flux, first(plus), ghost, tau))
+        edge.narrow(axis, n - 1, 1).add_(numerical_flux(flux, last(minus), ghost, tau))
+        out = out + edge
+    elif boundary == "periodic":
+        wrap = numerical_flux(flux, last(minus), first(plus), tau)
+        edge = torch.zeros_like(out)
+        edge.narrow(axis, n - 1, 1).add_(wrap)
+        edge.narrow(axis, 0, 1).sub_(wrap)
+        out = out + edge
+    return out
 
 
 def interface_fluxes(

@@ -11,13 +11,17 @@ sequence of H·W tokens with a selective state-space model (``selective_scan``) 
   route — similar content anywhere in the image — are neighbours in the 1-D scan instead of
   only raster neighbours;
 * attentive state-space equation: the routed prompt, a low-rank (num_tokens × inner_rank ×
-  d_state) learned dictionary entry, is added to the scan's output matrix C, so what a token
-  reads out of the state depends on its route.  Here each prompt is sorted together with its
-  token (the paper's per-token C_i + P_i); MambaIRv2's public code adds the prompts in raster
-  order to the sorted sequence.
+  d_state) learned dictionary entry, is added to the scan's output matrix C.  As in the
+  authors' code (and MambaIRv2's), the prompts are added in *raster* order to C of the
+  *sorted* sequence: position i of the scan reads with the prompt of raster token i, not
+  with that of the token sorted into position i.  Their released weights were trained so.
 
 Routing uses a hard Gumbel-softmax (straight-through) while training, as MambaIRv2 does.  In eval
 mode the route is the argmax of the router's logits — no noise — so inference is deterministic.
+Two deliberate departures from the authors' code, both at inference only: their routing draws
+Gumbel noise in eval mode too (outputs then vary by 5e-3 to 2e-2 between runs), and their token
+sort is unstable (the order among tokens of one route depends on the platform, changing outputs
+by up to 3e-2); here routing is argmax and the sort is stable (ties keep raster order).
 MambaIRv2's full layer also has a shifted-window self-attention branch before the ASSM; DGNO's
 encoder block (DESIGN.md, "Model") is ASSM + GDFN only, which is also what the paper's parameter
 count (12.79 M) implies, so the window branch is not part of this block.
@@ -95,7 +99,7 @@ class ASSM(nn.Module):
         v = self.in_proj(x.transpose(1, 2).reshape(b, -1, h, w))  # (B, hidden, H, W)
         v = (v * torch.sigmoid(self.cpe(v))).flatten(2)  # (B, hidden, L)
         v = _take(v, order, dim=2)
-        y = self._scan(v, _take(prompt, order, dim=1).transpose(1, 2))  # (B, hidden, L), sorted order
+        y = self._scan(v, prompt.transpose(1, 2))  # (B, hidden, L), sorted order; prompt in raster order
         y = self.out_proj(self.out_norm(y.transpose(1, 2)))  # (B, L, dim)
         return _take(y, inverse, dim=1)
 
@@ -116,15 +120,18 @@ class ASSM(nn.Module):
         dt = F.linear(dt, self.dt_proj.weight).transpose(1, 2)  # (B, hidden, L); bias added in the scan
         B = B.transpose(1, 2).unsqueeze(1)  # (B, 1, N, L): one group, MambaIRv2's layout
         C = (C.transpose(1, 2) + prompt).unsqueeze(1)
-        A = -torch.exp(self.A_log.float())  # (hidden, N), A < 0: a decaying state
+        # the scan runs in float32 at least (bf16/fp16 activations are promoted, as mamba_ssm
+        # requires), and in float64 when the network is (exact comparisons with references)
+        dtype = torch.promote_types(v.dtype, torch.float32)
+        A = -torch.exp(self.A_log.to(dtype))  # (hidden, N), A < 0: a decaying state
         return selective_scan(
-            v.float(),
-            dt.float(),
+            v.to(dtype),
+            dt.to(dtype),
             A,
-            B.float(),
-            C.float(),
-            self.D.float(),
-            delta_bias=self.dt_proj.bias.float(),
+            B.to(dtype),
+            C.to(dtype),
+            self.D.to(dtype),
+            delta_bias=self.dt_proj.bias.to(dtype),
             delta_softplus=True,
             backend=self.scan_backend,
         ).to(v.dtype)

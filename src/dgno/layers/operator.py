@@ -1,11 +1,13 @@
 """Galerkin-type kernel integral operator layers: global (GG), local (LG) and DG.
 
-All three share one update (paper Eq. 3 with the Galerkin kernel of Eq. 11-12):
+All three share one update (paper Eq. 3 with the Galerkin kernel of Eq. 11-12), written as
+the authors' code computes it:
 
-    z ← x + Q K_e          (Q, K, V = 1×1 conv of x, K, V layer-normed per head)
-    out = z + W₂ GELU(W₁ z)
+    out = x + W₂ GELU(W₁ (x + Q K_e))     (Q, K, V = 1×1 conv of x, K, V layer-normed per head)
 
-and differ only in the coefficient matrix K_e ∈ R^{h×d×d} applied to the queries:
+i.e. the operator term Q K_e enters only through the pointwise MLP's input; the skip around
+the layer carries x itself.  They differ only in the coefficient matrix K_e ∈ R^{h×d×d}
+applied to the queries:
 
   * GG  (SRNO):  one element = the whole image,  K_e = K̃ᵀṼ / (H W);
   * LG:          p×p windows,                    K_e = K^vol_e = K̃_eᵀṼ_e / p²;
@@ -26,32 +28,41 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from dgno.layers.blocks import group_layer_norm, pad_to_multiple
-from dgno.layers.flux import BOUNDARIES, FLUXES, PENALTY_FLUXES, BoundaryName, FluxName, check_choice, interface_fluxes
+from dgno.choices import check_choice
+from dgno.layers.blocks import pad_to_multiple
+from dgno.layers.flux import BOUNDARIES, FLUXES, PENALTY_FLUXES, BoundaryName, FluxName, interface_fluxes
 
 VariantName = Literal["face", "cell"]
 VARIANTS: tuple[str, ...] = get_args(VariantName)
 
 
 class HeadLayerNorm(nn.Module):
-    """Ln(K) = γ_h (K − μ) / σ + β_h over the d features of each head, affine per head.
+    """Ln(K) = γ_h (K − μ) / (s + ε) + β_h over the d features of each head, affine per head.
 
-    Normalising keys and values keeps Kᵀ V / n bounded whatever the element size, so
-    the coefficient matrices of different elements (and faces) are on one scale and
-    can be averaged/differenced by the fluxes.  Works on the channel-first map
-    (B, h·d, H, W) before it is cut into elements: per-pixel statistics do not care
-    about the cut (see ``group_layer_norm`` for why not ``F.layer_norm``).
+    s is the *unbiased* standard deviation and ε is added to s, not to the variance: the
+    authors' per-head norm, which their released weights were trained with (with d = 3
+    features per head at full resolution the two definitions differ by a factor √(3/2)).
+    Normalising keys and values keeps Kᵀ V / n bounded whatever the element size, so the
+    coefficient matrices of different elements (and faces) are on one scale and can be
+    averaged/differenced by the fluxes.  Works on the channel-first map (B, h·d, H, W)
+    before it is cut into elements: per-pixel statistics do not care about the cut.
     """
 
     def __init__(self, heads: int, head_dim: int, *, eps: float = 1e-5) -> None:
         super().__init__()
+        if head_dim < 2:
+            raise ValueError(f"per-head LayerNorm needs at least 2 features per head (unbiased std), got {head_dim}")
         self.heads, self.head_dim = heads, head_dim
         self.weight = nn.Parameter(torch.ones(heads, head_dim))
         self.bias = nn.Parameter(torch.zeros(heads, head_dim))
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
-        return group_layer_norm(x, self.heads, self.weight, self.bias, self.eps)  # (B, h·d, H, W)
+        b, c, h, w = x.shape
+        xg = x.reshape(b, self.heads, self.head_dim, h, w)
+        xc = xg - xg.mean(dim=2, keepdim=True)
+        y = xc / (xg.std(dim=2, keepdim=True) + self.eps)
+        return torch.addcmul(self.bias[:, :, None, None], y, self.weight[:, :, None, None]).reshape(b, c, h, w)
 
 
 def galerkin_operator(k: Tensor, v: Tensor) -> Tensor:
@@ -125,9 +136,8 @@ class _GalerkinLayer(nn.Module):
         return rearrange(z, "b nh nw h d p1 p2 -> b (h d) (nh p1) (nw p2)")
 
     def _apply_operator(self, x: Tensor, q: Tensor, op: Tensor) -> Tensor:
-        """out = z + MLP(z),  z = x + Q K_e;  q (B, nH, nW, h, d, p1, p2), op (B, nH, nW, h, d, d)."""
-        z = x + self._query_times(q, op)
-        return z + self.mlp(z)
+        """out = x + MLP(x + Q K_e);  q (B, nH, nW, h, d, p1, p2), op (B, nH, nW, h, d, d)."""
+        return x + self.mlp(x + self._query_times(q, op))
 
     # Subclasses say how the input is padded and which coefficient matrices make up K_e;
     # ``forward`` and ``operator_terms`` share that one code path, so the terms an analysis
@@ -153,7 +163,8 @@ class _GalerkinLayer(nn.Module):
         element, the whole image for GG) and, for DG, "flux" = Q Σ_f K^flux_{e,f};
         "output": the layer's output, identical to ``forward(x)``.
         Pure (no state is stored, nothing is registered), so analyses can call it on any
-        input without changing the network; Σ of the part terms = z − x up to rounding.
+        input without changing the network; Σ of the part terms = Q K_e, the MLP's input
+        minus x, up to rounding.
         """
         h, w = x.shape[-2:]
         xp = self._pad(x)
@@ -165,7 +176,7 @@ class _GalerkinLayer(nn.Module):
 
 
 class GlobalGalerkinLayer(_GalerkinLayer):
-    """GG / SRNO layer: z = x + Q (K̃ᵀ Ṽ / (H W)), one element covering the whole image.
+    """GG / SRNO layer: K_e = K̃ᵀ Ṽ / (H W), one element covering the whole image.
 
     The globally coupled baseline: every pixel's update depends on all pixels through
     a single h×d×d coefficient matrix.  (B, C, H, W) → (B, C, H, W), any H, W.
@@ -181,7 +192,7 @@ class GlobalGalerkinLayer(_GalerkinLayer):
 
 
 class LocalGalerkinLayer(_GalerkinLayer):
-    """LG / windowed SRNO layer: z = x + Q_e K^vol_e on independent p×p windows.
+    """LG / windowed SRNO layer: K_e = K^vol_e on independent p×p windows.
 
     Local like the defocus kernel, but with no communication between windows.
     Any H, W: the input is reflect-padded to a multiple of p (see ``pad_to_multiple``
@@ -202,7 +213,7 @@ class LocalGalerkinLayer(_GalerkinLayer):
 
 
 class DGOperatorLayer(_GalerkinLayer):
-    """DG layer: z = x + Q_e (K^vol_e + Σ_{f⊂∂D_e} F̂(K_e^{∂,f}, K_{e'}^{∂,f})) on p×p elements.
+    """DG layer: K_e = K^vol_e + Σ_{f⊂∂D_e} F̂(K_e^{∂,f}, K_{e'}^{∂,f}) on p×p elements.
 
     Element-local volume operators keep the locality of LG; numerical fluxes across
     element interfaces restore controlled cross-element (and, iterated, global)
@@ -210,7 +221,8 @@ class DGOperatorLayer(_GalerkinLayer):
     subtracted from the right/lower one (``dgno.layers.flux``).
 
     variant   "face": K^{∂,f} = K̃_fᵀ Ṽ_f / p from the element's boundary row/column
-              (its own outward face on the domain boundary);
+              (the domain boundary uses the boundary element's inner face, as the
+              authors' code does: see ``dgno.layers.flux.assemble_axis``);
               "cell" (P0DG): K^{∂,f} = K^vol of the element on each side.
     flux      "central" | "jump" | "avg_jump" | "upwind".
     boundary  "neumann" (no boundary flux) | "dirichlet" (zero ghost) | "periodic" (wrap).

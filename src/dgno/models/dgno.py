@@ -19,27 +19,32 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dgno.layers.blocks import Downsample, ShallowInput, Upsample, make_encoder_block, pad_to_multiple
-from dgno.layers.flux import check_choice
+from dgno.layers.blocks import FAM, SCM, Downsample, Upsample, make_encoder_block, pad_to_multiple
+from dgno.choices import check_choice
 from dgno.layers.operator import OPERATOR_LAYERS, OperatorName, make_operator_layer
 
 
-def _resize(x: Tensor, factor: int) -> Tensor:
-    """Bilinear downsampling by an integer ``factor`` (identity for 1); the input at coarse scales."""
-    if factor == 1:
-        return x
-    return F.interpolate(x, scale_factor=1.0 / factor, mode="bilinear", align_corners=False)
+def half(x: Tensor) -> Tensor:
+    """The input at the next coarser scale: nearest-neighbour ``interpolate(scale_factor=0.5)``.
+
+    The authors' pyramid (x_{1/2} = half(x), x_{1/4} = half(x_{1/2})): on even sizes it keeps
+    every second pixel, so the coarse inputs and the residuals added to the coarse outputs are
+    samples of the blurred image, not averages.
+    """
+    return F.interpolate(x, scale_factor=0.5, mode="nearest")
 
 
 class DGNO(nn.Module):
     """Multi-scale neural operator for defocus deblurring; forward(x) → [s_1/4, s_1/2, s_1].
 
-    Encoder (lifting): 3×3 stem, then 4 levels of ``encoder_blocks[i]`` blocks with
-    ``encoder_channels[i]`` channels at 1, 1/2, 1/4, 1/8; Downsample between levels; the
-    bilinearly resized input is fused in at 1/2 and 1/4 by ``ShallowInput``.
-    Decoder at 1/4, 1/2, 1: Upsample, concat the encoder skip, 1×1 conv to
+    Encoder (lifting): bias-free 3×3 stem, then 4 levels of ``encoder_blocks[i]`` blocks
+    with ``encoder_channels[i]`` channels at 1, 1/2, 1/4, 1/8; Downsample between levels;
+    the input halved by nearest neighbour (``half``) once and twice enters at 1/2 and 1/4
+    through ``SCM`` and is fused with the downsampled features by ``FAM``.
+    Decoder at 1/4, 1/2, 1: Upsample, concat the encoder skip, bias-free 1×1 conv to
     ``decoder_channels[i]``, ``num_layers`` (T) operator layers with ``heads`` heads,
-    then a 3×3 conv head plus the resized input.
+    then a 3×3 conv head plus the resized input (the coarse heads have a bias, the
+    full-resolution head none: the authors' layout, which their checkpoints need).
 
     Sizes: x (B, in_channels, H, W) with any H, W.  It is reflect-padded at the
     bottom/right to a multiple of M = lcm(8, 4p) (p = element size; M = 8 for "gg"):
@@ -94,29 +99,29 @@ class DGNO(nn.Module):
             )
 
         # lifting encoder
-        self.stem = nn.Conv2d(in_channels, c1, 3, padding=1)
+        self.stem = nn.Conv2d(in_channels, c1, 3, padding=1, bias=False)
         self.enc1 = stage(c1, encoder_blocks[0])
         self.down1 = Downsample(c1, c2)
-        self.shallow2 = ShallowInput(in_channels=in_channels, dim=c2)
+        self.scm2, self.fam2 = SCM(in_channels=in_channels, dim=c2), FAM(c2)
         self.enc2 = stage(c2, encoder_blocks[1])
         self.down2 = Downsample(c2, c3)
-        self.shallow4 = ShallowInput(in_channels=in_channels, dim=c3)
+        self.scm4, self.fam4 = SCM(in_channels=in_channels, dim=c3), FAM(c3)
         self.enc3 = stage(c3, encoder_blocks[2])
         self.down3 = Downsample(c3, c4)
         self.enc4 = stage(c4, encoder_blocks[3])
         # decoder: upsample, concat skip, 1×1 reduce, T operator layers, projection head
         self.up4 = Upsample(c4, c3)
-        self.reduce4 = nn.Conv2d(2 * c3, d1, 1)
+        self.reduce4 = nn.Conv2d(2 * c3, d1, 1, bias=False)
         self.ops4 = operators(d1)
         self.head4 = nn.Conv2d(d1, in_channels, 3, padding=1)
         self.up2 = Upsample(d1, c2)
-        self.reduce2 = nn.Conv2d(2 * c2, d2, 1)
+        self.reduce2 = nn.Conv2d(2 * c2, d2, 1, bias=False)
         self.ops2 = operators(d2)
         self.head2 = nn.Conv2d(d2, in_channels, 3, padding=1)
         self.up1 = Upsample(d2, c1)
-        self.reduce1 = nn.Conv2d(2 * c1, d3, 1)
+        self.reduce1 = nn.Conv2d(2 * c1, d3, 1, bias=False)
         self.ops1 = operators(d3)
-        self.head1 = nn.Conv2d(d3, in_channels, 3, padding=1)
+        self.head1 = nn.Conv2d(d3, in_channels, 3, padding=1, bias=False)
 
         # element size as the built layers resolved it (GG has none: its element is the image)
         p = getattr(self.ops1[0], "element_size", 1) if num_layers else 1
@@ -125,11 +130,12 @@ class DGNO(nn.Module):
     def forward(self, x: Tensor) -> list[Tensor]:
         h, w = x.shape[-2:]
         xp = pad_to_multiple(x, self.pad_multiple)  # (B, Cin, Hp, Wp)
-        x2, x4 = _resize(xp, 2), _resize(xp, 4)  # (B, Cin, Hp/2, Wp/2), (B, Cin, Hp/4, Wp/4)
+        x2 = half(xp)  # (B, Cin, Hp/2, Wp/2)
+        x4 = half(x2)  # (B, Cin, Hp/4, Wp/4)
 
         s1 = self.enc1(self.stem(xp))  # (B, c1, Hp, Wp)
-        s2 = self.enc2(self.shallow2(self.down1(s1), x2))  # (B, c2, Hp/2, Wp/2)
-        s3 = self.enc3(self.shallow4(self.down2(s2), x4))  # (B, c3, Hp/4, Wp/4)
+        s2 = self.enc2(self.fam2(self.down1(s1), self.scm2(x2)))  # (B, c2, Hp/2, Wp/2)
+        s3 = self.enc3(self.fam4(self.down2(s2), self.scm4(x4)))  # (B, c3, Hp/4, Wp/4)
         s4 = self.enc4(self.down3(s3))  # (B, c4, Hp/8, Wp/8)
 
         z4 = self.ops4(self.reduce4(torch.cat([self.up4(s4), s3], dim=1)))  # (B, d1, Hp/4, Wp/4)

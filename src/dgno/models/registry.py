@@ -17,7 +17,7 @@ from typing import Any
 
 from torch import nn
 
-from dgno.layers.flux import check_choice
+from dgno.choices import check_choice
 from dgno.models.dgno import DGNO
 
 

@@ -38,7 +38,8 @@ from dgno.optics.calibration import (
     synthesize_bead_image,
 )
 from dgno.optics.deconv import richardson_lucy_deconvolve, ring_deconvolve, wiener_deconvolve
-from dgno.optics.ring import RingBlur, check_choice
+from dgno.choices import check_choice
+from dgno.optics.ring import RingBlur
 from dgno.optics.seidel import SeidelCoefficients, suggest_psf_size
 
 LEVEL = "seidel"

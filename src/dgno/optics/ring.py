@@ -61,6 +61,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dgno.choices import check_choice
 from dgno.optics.seidel import (
     SeidelCoefficients,
     check_psf_size,
@@ -79,12 +80,6 @@ PSF_UPSAMPLE = 2  # PSFs are sampled at 0.5 px and read by bicubic interpolation
 # samples they touch stay in cache (2× faster on one CPU core at 1024², whose polar image is 8.5 MB).
 BLOCK_VALUES = 2**19
 TAP_BLOCK = 2**15
-
-
-def check_choice(what: str, value: object, allowed: tuple[str, ...]) -> None:
-    """Raise a ValueError that echoes the bad value and lists the allowed ones."""
-    if value not in allowed:
-        raise ValueError(f"unknown {what} {value!r}; allowed: {', '.join(map(repr, allowed))}")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,304 @@
+"""Import the authors' released DGNO checkpoints into this package's DGNO.
+
+The authors (GitHub ``qiiiiiii523/CC_defocus``, ``third_party/DGNO``, a copy of ``Duane245/DGNO``)
+save BasicSR checkpoints ``{"params": state_dict}`` (plus ``"params_ema"`` with EMA on) of their
+class ``DGNO``, built from the ``network_g`` block of an option file.  This package computes the
+same function with its own module names (``dgno.models.dgno.DGNO``), so importing is a renaming
+with three reshapes, checked strictly:
+
+* every tensor of the checkpoint is consumed and every tensor of the network is filled;
+* shapes must be equal after the documented reshapes; any mismatch names the key;
+* the Face variant's integer buffers ``face_idx_*`` (which boundary row/column forms each face)
+  are not weights: they are checked against the indices this package uses, then dropped.
+
+The result is an ordinary project checkpoint (``{"spec", "state_dict", ...}``) that ``dgno deblur``,
+``dgno evaluate`` and ``dgno lam`` load with :func:`dgno.train.load_trained`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from torch import Tensor
+
+from dgno.io import InputError
+
+WEIGHT_KEYS = ("params", "params_ema")
+# Settings of the authors' constructor that this package reproduces, with the values it supports.
+_FIXED = {"type": "DGNO", "bias": False, "LayerNorm_type": "WithBias", "ffn_expansion_factor": 2.66}
+# Accepted and ignored: the authors' constructor takes them but its network does not use them.
+_UNUSED = {"num_refinement_blocks", "heads", "train_size", "infer_mode"}
+_KNOWN = set(_FIXED) | _UNUSED | {
+    "variant",
+    "inp_channels",
+    "out_channels",
+    "dim",
+    "num_blocks",
+    "learnable_tau",
+    "init_tau",
+    "flux_mode",
+    "boundary_type",
+    "win_dg",
+    "dual_pixel_task",
+}
+DG_HEADS = 16  # fixed in the authors' network at every decoder scale
+
+
+def read_network_options(path: str | Path) -> dict[str, Any]:
+    """The ``network_g`` block of an authors' option file (YAML; JSON is YAML too)."""
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"{path}: cannot read the option file ({exc}). Fix: pass one of the authors' options/DGNO_*.yml") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("network_g"), dict):
+        raise InputError(f"{path}: no 'network_g' block. Fix: pass one of the authors' options/DGNO_*.yml")
+    return dict(doc["network_g"])
+
+
+def model_from_options(network_g: Mapping[str, Any], *, source: str = "options") -> tuple[str, int, dict[str, Any]]:
+    """(registry name, channels, config-level overrides) that rebuild the authors' network.
+
+    Raises ``InputError`` naming the key for any setting this package does not reproduce.
+    """
+    unknown = sorted(set(network_g) - _KNOWN)
+    if unknown:
+        raise InputError(f"{source}: network_g has unknown key {unknown[0]!r}. Fix: use an option file of the authors' DGNO")
+    for key, value in _FIXED.items():
+        if network_g.get(key, value) != value:
+            raise InputError(f"{source}: network_g.{key} = {network_g[key]!r} is not supported (the authors' DGNO uses {value!r})")
+    if network_g.get("dual_pixel_task", False):
+        raise InputError(f"{source}: network_g.dual_pixel_task = true is not supported (no released DGNO uses it)")
+    variant = network_g.get("variant", "cell")
+    if variant not in ("face", "cell"):
+        raise InputError(f"{source}: network_g.variant = {variant!r}; allowed: 'face', 'cell'")
+    cin, cout = int(network_g.get("inp_channels", 1)), int(network_g.get("out_channels", 1))
+    if cin != cout:
+        raise InputError(f"{source}: inp_channels ({cin}) != out_channels ({cout}); this package restores images channel for channel")
+    dim = int(network_g.get("dim", 48))
+    blocks = [int(b) for b in network_g.get("num_blocks", [2, 4, 6, 2])]
+    if len(blocks) != 4:
+        raise InputError(f"{source}: network_g.num_blocks needs 4 entries, got {blocks}")
+    learnable = bool(network_g.get("learnable_tau", True))
+    overrides: dict[str, Any] = {
+        "encoder_channels": [dim, 2 * dim, 4 * dim, 8 * dim],
+        "encoder_blocks": blocks,
+        "decoder_channels": [4 * dim, 2 * dim, dim],
+        "heads": DG_HEADS,
+        "element_size": int(network_g.get("win_dg", 8)) if variant == "cell" else 8,  # Face: window fixed to 8
+        "flux": network_g.get("flux_mode", "central"),
+        "boundary": network_g.get("boundary_type", "neumann"),
+        "tau": "learnable" if learnable else float(network_g.get("init_tau", 0.25)),
+    }
+    return f"dgno-{variant}", cin, overrides
+
+
+# --- key mapping ------------------------------------------------------------------------
+
+Rule = tuple[re.Pattern[str], str, Callable[[Tensor], Tensor] | None]
+
+
+def _squeeze0(t: Tensor) -> Tensor:
+    """(1, a, b) → (a, b): the authors stack the scan projections over one scan direction."""
+    if t.dim() < 1 or t.shape[0] != 1:
+        raise ValueError(f"expected a leading axis of size 1, got shape {tuple(t.shape)}")
+    return t[0]
+
+
+def _head_norm(t: Tensor) -> Tensor:
+    """(h, 1, d) → (h, d): the authors' per-head LayerNorm keeps a broadcast axis."""
+    if t.dim() != 3 or t.shape[1] != 1:
+        raise ValueError(f"expected shape (heads, 1, head_dim), got {tuple(t.shape)}")
+    return t[:, 0]
+
+
+_BLOCK = r"(?P<block>encoder_level[123]|latent)\.(?P<i>\d+)\."
+_LEVEL = {"encoder_level1": "enc1", "encoder_level2": "enc2", "encoder_level3": "enc3", "latent": "enc4"}
+_DG = {"conv000": "ops4.0", "conv111": "ops4.1", "conv00": "ops2.0", "conv11": "ops2.1", "conv0": "ops1.0", "conv1": "ops1.1"}
+_SCM_CONV = {"0": "0", "1": "2", "2": "4", "3": "6"}  # authors' BasicConv index → conv index in SCM.body
+
+
+def _rules() -> list[Rule]:
+    """(authors' key pattern, this package's key template, reshape) in matching order."""
+    block = [
+        (r"norm1\.body\.(?P<p>weight|bias)", "norm1.{p}", None),
+        (r"norm2\.body\.(?P<p>weight|bias)", "norm2.{p}", None),
+        (r"attn\.selectiveScan\.x_proj_weight", "assm.x_proj.weight", _squeeze0),
+        (r"attn\.selectiveScan\.dt_projs_weight", "assm.dt_proj.weight", _squeeze0),
+        (r"attn\.selectiveScan\.dt_projs_bias", "assm.dt_proj.bias", _squeeze0),
+        (r"attn\.selectiveScan\.A_logs", "assm.A_log", None),
+        (r"attn\.selectiveScan\.Ds", "assm.D", None),
+        (r"attn\.(?P<m>out_norm|out_proj|route\.[02])\.(?P<p>weight|bias)", "assm.{m}.{p}", None),
+        (r"attn\.in_proj\.0\.(?P<p>weight|bias)", "assm.in_proj.{p}", None),
+        (r"attn\.CPE\.0\.(?P<p>weight|bias)", "assm.cpe.{p}", None),
+        (r"attn\.embeddingB\.weight", "assm.prompt_codes", None),
+        (r"embeddingA\.weight", "assm.prompt_basis", None),
+        (r"ffn\.(?P<m>project_in|dwconv|project_out)\.weight", "gdfn.{m}.weight", None),
+    ]
+    dg = [
+        (r"qkv_proj\.(?P<p>weight|bias)", "qkv.{p}", None),
+        (r"out_proj1\.(?P<p>weight|bias)", "mlp.0.{p}", None),
+        (r"out_proj2\.(?P<p>weight|bias)", "mlp.2.{p}", None),
+        (r"kln\.(?P<p>weight|bias)", "k_norm.{p}", _head_norm),
+        (r"vln\.(?P<p>weight|bias)", "v_norm.{p}", _head_norm),
+        (r"tau", "tau", None),
+    ]
+    rules: list[tuple[str, str, Callable[[Tensor], Tensor] | None]] = [
+        (r"patch_embed\.proj\.weight", "stem.weight", None),
+        *((_BLOCK + pat, "{block}.{i}." + tpl, fn) for pat, tpl, fn in block),
+        (r"down(?P<a>[123])_\d\.body\.0\.weight", "down{a}.body.0.weight", None),
+        (r"up4_3\.body\.0\.weight", "up4.body.0.weight", None),
+        (r"up3_2\.body\.0\.weight", "up2.body.0.weight", None),
+        (r"up2_1\.body\.0\.weight", "up1.body.0.weight", None),
+        (r"reduce_chan_level3\.weight", "reduce4.weight", None),
+        (r"reduce_chan_level2\.weight", "reduce2.weight", None),
+        (r"reduce_chan_level1\.weight", "reduce1.weight", None),
+        (r"output\.weight", "head1.weight", None),
+        (r"ConvsOut\.0\.main\.0\.(?P<p>weight|bias)", "head4.{p}", None),
+        (r"ConvsOut\.1\.main\.0\.(?P<p>weight|bias)", "head2.{p}", None),
+        (r"FAM1\.merge\.main\.0\.(?P<p>weight|bias)", "fam4.merge.{p}", None),
+        (r"FAM2\.merge\.main\.0\.(?P<p>weight|bias)", "fam2.merge.{p}", None),
+        (r"SCM(?P<s>[12])\.main\.(?P<c>[0-3])\.main\.0\.(?P<p>weight|bias)", "scm{s}.body.{c}.{p}", None),
+        (r"SCM(?P<s>[12])\.main\.4\.(?P<p>weight|bias)", "scm{s}.body.7.{p}", None),
+        *((r"(?P<dg>conv0{0,3}|conv1{1,3})\." + pat, "{dg}." + tpl, fn) for pat, tpl, fn in dg),
+    ]
+    return [(re.compile(pat + r"$"), tpl, fn) for pat, tpl, fn in rules]
+
+
+_RULES = _rules()
+_FACE_INDEX = re.compile(r"(?P<dg>conv0{0,3}|conv1{1,3})\.face_idx_(?P<side>left|right|top|bottom)$")
+
+
+def _target_key(match: re.Match[str], template: str) -> str:
+    """Fill ``template`` from the match, translating the authors' module names to this package's."""
+    groups = dict(match.groupdict())
+    if "block" in groups:
+        groups["block"] = _LEVEL[groups["block"]]
+    if "dg" in groups:
+        groups["dg"] = _DG[groups["dg"]]
+    if "s" in groups:  # SCM1 feeds the 1/4 level, SCM2 the 1/2 level
+        groups["s"] = {"1": "4", "2": "2"}[groups["s"]]
+    if "c" in groups:
+        groups["c"] = _SCM_CONV[groups["c"]]
+    return template.format(**groups)
+
+
+def face_indices(p: int) -> dict[str, Tensor]:
+    """Row-major pixel indices of the four faces of a p×p element (the authors' face_idx_* buffers)."""
+    idx = torch.arange(p * p).reshape(p, p)
+    return {"left": idx[:, 0], "right": idx[:, -1], "top": idx[0], "bottom": idx[-1]}
+
+
+def convert_state_dict(official: Mapping[str, Tensor], expected: Mapping[str, Tensor], *, element_size: int = 8) -> dict[str, Tensor]:
+    """The authors' state dict renamed and reshaped to this package's keys, checked strictly.
+
+    ``expected`` is the target network's own ``state_dict()`` (for the key set and shapes).
+    Raises ``ValueError`` naming the first key that is unknown, missing, or of another shape.
+    """
+    out: dict[str, Tensor] = {}
+    faces = face_indices(element_size)
+    for key, value in official.items():
+        face = _FACE_INDEX.match(key)
+        if face:
+            if not torch.equal(value.cpu().long(), faces[face["side"]]):
+                raise ValueError(f"{key}: face indices {value.tolist()} differ from the {element_size}x{element_size} element's {face['side']} face")
+            continue
+        for pattern, template, reshape in _RULES:
+            match = pattern.match(key)
+            if match:
+                break
+        else:
+            raise ValueError(f"{key}: not a tensor of the authors' DGNO (no rule maps it)")
+        target = _target_key(match, template)
+        if target not in expected:
+            raise ValueError(f"{key}: maps to {target!r}, which this network does not have (check the option file: dim, num_blocks, variant, flux_mode)")
+        try:
+            tensor = reshape(value) if reshape else value
+        except ValueError as exc:
+            raise ValueError(f"{key}: {exc}") from exc
+        if tuple(tensor.shape) != tuple(expected[target].shape):
+            raise ValueError(f"{key}: shape {tuple(value.shape)} does not fit {target!r} {tuple(expected[target].shape)} (check dim / inp_channels in the option file)")
+        if target in out:
+            raise ValueError(f"{key}: a second tensor for {target!r}")
+        out[target] = tensor.to(expected[target].dtype)
+    missing = [k for k in expected if k not in out]
+    if missing:
+        raise ValueError(f"checkpoint lacks {len(missing)} tensor(s) of the network, first {missing[0]!r} (check num_blocks / flux_mode / learnable_tau in the option file)")
+    return out
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def load_official_state(path: str | Path, *, weights: str = "params") -> dict[str, Tensor]:
+    """The state dict under ``weights`` ("params" or "params_ema") of a BasicSR checkpoint.
+
+    Loaded with ``weights_only=True``: a checkpoint is data, and unpickling arbitrary objects
+    would run code from the file.
+    """
+    path = Path(path)
+    if weights not in WEIGHT_KEYS:
+        raise InputError(f"weights {weights!r}; allowed: {', '.join(map(repr, WEIGHT_KEYS))}")
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError as exc:
+        raise InputError(f"{path}: checkpoint does not exist. Fix: download the authors' checkpoint or check the path") from exc
+    except Exception as exc:  # noqa: BLE001  (unpickling errors have many types)
+        raise InputError(f"{path}: not a loadable tensor checkpoint ({type(exc).__name__}: {exc}). Fix: re-download it") from exc
+    if isinstance(blob, dict) and weights in blob and isinstance(blob[weights], Mapping):
+        return dict(blob[weights])
+    keys = sorted(blob) if isinstance(blob, dict) else type(blob).__name__
+    raise InputError(f"{path}: no {weights!r} state dict inside (found {keys}). Fix: pass a BasicSR checkpoint of the authors' DGNO or choose --weights")
+
+
+def import_official(
+    checkpoint: str | Path,
+    options: str | Path,
+    out: str | Path,
+    *,
+    weights: str = "params",
+) -> Path:
+    """Write a project ``model.pt`` holding the authors' weights from ``checkpoint`` (see module doc)."""
+    from dgno import provenance
+    from dgno.models.overrides import registry_overrides
+    from dgno.models.registry import build_model
+    from dgno.train import CHECKPOINT_VERSION, save_checkpoint, weights_digest
+
+    checkpoint, options, out = Path(checkpoint), Path(options), Path(out)
+    network_g = read_network_options(options)
+    name, channels, overrides = model_from_options(network_g, source=str(options))
+    model = build_model(name, scale="paper", in_channels=channels, **registry_overrides(overrides))
+    official = load_official_state(checkpoint, weights=weights)
+    try:
+        state = convert_state_dict(official, model.state_dict(), element_size=overrides["element_size"])
+    except ValueError as exc:
+        raise InputError(f"{checkpoint}: does not match {options} ({exc})") from exc
+    model.load_state_dict(state, strict=True)
+    blob = {
+        "version": CHECKPOINT_VERSION,
+        "spec": {"name": name, "scale": "paper", "hparams": model.hparams, "overrides": overrides},
+        "state_dict": model.state_dict(),
+        "weights_sha256": weights_digest(model.state_dict()),
+        "official": {
+            "checkpoint": str(checkpoint),
+            "checkpoint_sha256": _sha256(checkpoint),
+            "weights": weights,
+            "options": str(options),
+            "network_g": json.loads(json.dumps(network_g)),
+        },
+        "provenance": provenance.collect(torch.device("cpu")),
+    }
+    save_checkpoint(out, blob)
+    return out
