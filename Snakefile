@@ -28,6 +28,7 @@ wildcard_constraints:
 include: "workflow/rules/data.smk"
 include: "workflow/rules/blur.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/official.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/downstream.smk"
 include: "workflow/rules/deconv.smk"
@@ -38,6 +39,7 @@ include: "workflow/rules/report.smk"
 # Light bookkeeping and plotting jobs run where Snakemake runs, not as cluster jobs.
 localrules:
     all,
+    official_checkpoint,
     operators,
     synthetic,
     nonblind,

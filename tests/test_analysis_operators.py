@@ -55,8 +55,8 @@ def test_terms_are_the_layer_update(cls, kwargs):
     assert set(terms) == expected
     assert all(t.shape == x.shape for t in terms.values())
     assert torch.equal(terms["output"], layer(x))  # same code path as forward, bit for bit
-    z = x + terms["volume"] + terms.get("flux", 0.0)
-    assert_close(z + layer.mlp(z), terms["output"], atol=1e-5, rtol=1e-5)
+    qk = terms["volume"] + terms.get("flux", 0.0)
+    assert_close(x + layer.mlp(x + qk), terms["output"], atol=1e-5, rtol=1e-5)
 
 
 def test_flux_term_is_zero_without_interior_interfaces_or_penalty():

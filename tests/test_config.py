@@ -104,3 +104,35 @@ def test_paper_scale_cost_names_defined_methods(demo):
         validate_config(cfg)
     cfg["evaluate"]["paper_scale_cost"] = ["dgno-cell"]
     assert validate_config(cfg)["evaluate"]["paper_scale_cost"] == ["dgno-cell"]
+
+
+def test_every_paper_setting_states_its_source():
+    """config/paper.yaml: each training/evaluation setting (and each per-dataset recipe) has a protocol entry."""
+    cfg = load_config(ROOT / "config" / "paper.yaml")
+    raw = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    protocol = cfg["protocol"]
+    wanted = [f"{block}.{k}" for block in ("train", "evaluate") for k in raw[block] if k not in ("figure_images", "edge_band_px")]
+    wanted += [f"datasets.{ds}.{k}" for ds, spec in raw["datasets"].items() for k in ("train", "method_overrides") if k in spec]
+    missing = [w for w in wanted if w not in protocol]
+    assert not missing, f"settings without a source in protocol: {missing}"
+    assert {e["source"] for e in protocol.values()} <= {"authors' options", "authors' code", "paper text", "project choice"}
+    # the recipe is the authors' (facts from their option and model files)
+    assert (cfg["train"]["grad_clip"], cfg["train"]["batch_size"], cfg["train"]["eval_weights"], cfg["train"]["bf16"]) == (0.01, 32, "raw", False)
+    assert cfg["datasets"]["bbbc006_w2"]["method_overrides"]["dgno-face"] == {"flux": "jump", "boundary": "neumann"}
+    assert sum(s["iterations"] for s in cfg["datasets"]["3dhistech"]["train"]["progressive"]) == 300000
+
+
+def test_protocol_and_dataset_recipes_name_real_settings(demo):
+    bad = copy.deepcopy(demo)
+    bad["protocol"] = {"train.grad_clipping": {"source": "paper text"}}
+    with pytest.raises(ConfigError, match=r"protocol\.train\.grad_clipping: names no setting"):
+        validate_config(bad)
+    bad = copy.deepcopy(demo)
+    first = next(iter(bad["datasets"]))
+    bad["datasets"][first]["train"] = {"iteration": 5}
+    with pytest.raises(ConfigError, match=rf"datasets\.{first}\.train\.iteration: not a training setting; allowed values: .*iterations"):
+        validate_config(bad)
+    bad = copy.deepcopy(demo)
+    bad["datasets"][first]["method_overrides"] = {"dgno-fase": {"flux": "jump"}}
+    with pytest.raises(ConfigError, match=r"method_overrides\.dgno-fase: not a method"):
+        validate_config(bad)

@@ -105,3 +105,21 @@ def test_tiled_equals_untiled_for_local_operator():
 def test_single_tile_is_identity_path():
     x = torch.rand(1, 1, 20, 20)
     assert torch.equal(tiled_apply(lambda t: t * 2, x, tile=64), x * 2)
+
+
+def test_crossfade_is_the_authors_tiling():
+    from dgno.tiling import crossfade_weights
+
+    # a 520 x 696 BBBC006 frame in 512-px tiles, 32-px overlap: starts {0, 8} x {0, 184}
+    assert tile_starts(520, 512, 32) == [0, 8] and tile_starts(696, 512, 32) == [0, 184]
+    first, second = crossfade_weights([0, 8], 512)
+    assert torch.equal(first[:8], torch.ones(8)) and torch.equal(second[504:], torch.ones(8))
+    torch.testing.assert_close(first[8:], torch.linspace(1.0, 0.0, 504))  # fades over the whole 504-px overlap
+    torch.testing.assert_close(first[8:] + second[:504], torch.ones(504))
+    # three tiles: each pair fades over its own overlap
+    w = crossfade_weights([0, 480, 600], 512)
+    assert torch.equal(w[1][:32], torch.linspace(0.0, 1.0, 32)) and torch.equal(w[1][512 - 392 :], torch.linspace(1.0, 0.0, 392))
+    x = torch.rand(1, 2, 520, 696)
+    torch.testing.assert_close(tiled_apply(lambda t: 2 * t, x, tile=512, overlap=32, blend="crossfade"), 2 * x)
+    with pytest.raises(ValueError, match=r"unknown blend 'fade'"):
+        tiled_apply(lambda t: t, x, tile=512, blend="fade")

@@ -138,3 +138,21 @@ def test_lpips_wrapper_matches_backend_when_available():
     assert metrics.lpips(pred, gt) == pytest.approx(lpips_offline.lpips_distance(pred, gt))
     assert metrics.lpips(gt, gt) == (0.0, source)
     assert metrics.lpips(np.full_like(gt, 3.0), gt) == pytest.approx(lpips_offline.lpips_distance(np.ones_like(gt), gt))
+
+
+def test_luma8_and_psnr_luma8_follow_the_authors_3dhistech_protocol():
+    from dgno.metrics import luma8, psnr_luma8
+
+    img = np.zeros((1, 4, 3), dtype=np.float32)
+    img[0, 0] = [1.0, 0.0, 0.0]  # pure red: round(0.299 · 255) = 76
+    img[0, 1] = [0.0, 1.0, 0.0]  # green: 150
+    img[0, 2] = [0.0, 0.0, 1.0]  # blue: 29
+    img[0, 3] = [0.999, 0.999, 0.999]  # 254.7 is truncated to 254, not rounded
+    assert luma8(img).tolist() == [[76, 150, 29, 254]]
+    gt = np.full((8, 8, 3), 0.5, dtype=np.float32)
+    pred = gt.copy()
+    pred[0, 0] = [0.6, 0.5, 0.5]  # one pixel brighter in red changes its luma only
+    dy = float(luma8(pred)[0, 0]) - float(luma8(gt)[0, 0])
+    assert psnr_luma8(pred, gt) == pytest.approx(10 * np.log10(255.0**2 / (dy**2 / 64)))
+    with pytest.raises(ValueError, match=r"needs \(H, W, 3\)"):
+        psnr_luma8(gt[..., 0], gt[..., 0])

@@ -39,7 +39,7 @@ def test_lr_schedule_flat_then_cosine():
 
 def test_loss_is_zero_for_perfect_multiscale_prediction_and_positive_otherwise():
     gt = torch.rand(2, 1, 32, 32)
-    outs = [torch.nn.functional.interpolate(gt, size=s, mode="bilinear", align_corners=False, antialias=True) for s in (8, 16)] + [gt]
+    outs = [torch.nn.functional.interpolate(gt, size=s, mode="bilinear", align_corners=False) for s in (8, 16)] + [gt]
     assert restoration_loss(outs, gt, fft_weight=0.1).item() == pytest.approx(0.0, abs=1e-6)
     assert restoration_loss([gt + 0.1], gt, fft_weight=0.1).item() > 0.1
 
@@ -249,3 +249,61 @@ def test_prefetch_does_not_change_training_and_resume_stays_exact(tiny_dataset, 
 def test_negative_prefetch_is_refused():
     with pytest.raises(ValueError, match=r"prefetch=-1"):
         TrainConfig(prefetch=-1)
+
+
+def test_loss_is_the_authors_form():
+    """Σ scales L1 + 0.1 · mean ½(|ΔRe|+|ΔIm|) of fft2, with bilinear (no antialias) 1/2 and 1/4 targets."""
+    import torch.nn.functional as F
+
+    from dgno.train import fft_l1, multiscale_targets
+
+    g = torch.Generator().manual_seed(0)
+    gt = torch.rand(2, 1, 32, 32, generator=g)
+    outs = [torch.rand(2, 1, n, n, generator=g) for n in (8, 16, 32)]
+    targets = multiscale_targets(gt, outs)
+    for t, factor in zip(targets, (0.25, 0.5)):
+        torch.testing.assert_close(t, F.interpolate(gt, scale_factor=factor, mode="bilinear", align_corners=False))
+    d = torch.fft.fft2(outs[2]) - torch.fft.fft2(gt)
+    assert_value = 0.5 * (d.real.abs() + d.imag.abs()).mean()
+    torch.testing.assert_close(fft_l1(outs[2], gt), assert_value)
+    expected = sum(F.l1_loss(o, t) + 0.1 * fft_l1(o, t) for o, t in zip(outs, targets))
+    torch.testing.assert_close(restoration_loss(outs, gt, fft_weight=0.1), expected)
+
+
+def test_authors_lr_periods_hold_exactly_20k_of_60k():
+    cfg = _cfg(iterations=60000, flat_fraction=1 / 3, lr=3e-4, lr_min=1e-6)
+    assert lr_at(19999, cfg) == 3e-4 and lr_at(20000, cfg) == 3e-4  # cosine starts at its top
+    assert lr_at(20001, cfg) < 3e-4
+    cfg = _cfg(iterations=300000, flat_fraction=0.30666666666666664)  # 3DHistech: periods [92000, 208000]
+    assert lr_at(92000, cfg) == cfg.lr and lr_at(92001, cfg) < cfg.lr
+
+
+def test_progressive_stages_cut_batches_reproducibly():
+    from dgno.train import cut_batch, progressive_stage
+
+    stages = [{"iterations": 3, "patch_size": 16, "batch_size": 4}, {"iterations": 2, "patch_size": 24, "batch_size": 2}]
+    cfg = _cfg(batch_size=4, patch_size=32, progressive=stages)
+    assert [progressive_stage(i, cfg) for i in (0, 2, 3, 4, 99)] == [(16, 4), (16, 4), (24, 2), (24, 2), (24, 2)]
+    blur, gt = torch.rand(4, 1, 32, 32), torch.rand(4, 1, 32, 32)
+    b1, g1 = cut_batch(blur, gt, patch=24, batch=2, seed=7)
+    b2, g2 = cut_batch(blur, gt, patch=24, batch=2, seed=7)
+    assert b1.shape == (2, 1, 24, 24) and torch.equal(b1, b2) and torch.equal(g1, g2)
+    # blur and gt are cut at the same place of the same crops
+    hits = [(i, y, x) for i in range(4) for y in range(9) for x in range(9) if torch.equal(blur[i, :, y : y + 24, x : x + 24], b1[0])]
+    assert len(hits) == 1
+    i, y, x = hits[0]
+    assert torch.equal(gt[i, :, y : y + 24, x : x + 24], g1[0])
+    with pytest.raises(ValueError, match=r"progressive\[0\].*exceeds patch_size 32"):
+        _cfg(progressive=[{"iterations": 1, "patch_size": 64, "batch_size": 1}])
+
+
+def test_model_file_holds_the_raw_weights_when_asked(tiny_dataset, tmp_path):
+    choice = ModelChoice(name="dgno-cell", scale="smoke")
+    raw = train(tiny_dataset, tmp_path / "raw", model_choice=choice, levels=["a"], cfg=_cfg(iterations=3, eval_weights="raw"), progress=False)
+    ema = train(tiny_dataset, tmp_path / "ema", model_choice=choice, levels=["a"], cfg=_cfg(iterations=3), progress=False)
+    raw_blob, ema_blob = torch.load(raw, weights_only=True), torch.load(ema, weights_only=True)
+    assert raw_blob["weights"] == "raw" and ema_blob["weights"] == "ema"
+    ckpt = torch.load(tmp_path / "raw" / "checkpoint.pt", weights_only=True)
+    key = "head1.weight"
+    assert torch.equal(raw_blob["state_dict"][key], ckpt["model"][key])  # the optimizer's weights
+    assert not torch.equal(ema_blob["state_dict"][key], ckpt["model"][key])  # same run, EMA differs from raw

@@ -126,6 +126,22 @@ def expand_ablations(cfg: dict) -> None:
     cfg["ablation_runs"] = runs
 
 
+_MISSING = object()
+
+
+def config_value(cfg: dict, path: str) -> Any:
+    """The value at a dotted path (``train.grad_clip``, ``datasets.3dhistech.train``), or ``_MISSING``.
+
+    Keys may themselves hold dots only at the last step; dataset and method names never do.
+    """
+    node: Any = cfg
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
 def _check_references(cfg: dict) -> None:
     """Names used by experiments must exist; levels used for training/testing must be defined."""
     datasets, methods = cfg["datasets"], cfg["methods"]
@@ -134,7 +150,17 @@ def _check_references(cfg: dict) -> None:
     for name, spec in methods.items():
         if spec["model"] not in list_models():
             raise ConfigError(f"config key methods.{name}.model: {spec['model']!r} is not a registered model; allowed values: {', '.join(list_models())}")
+        for ds in spec.get("official", {}):
+            if ds not in datasets:
+                raise ConfigError(f"config key methods.{name}.official.{ds}: not a dataset of this config; defined datasets: {', '.join(datasets)}")
+    train_keys = sorted(cfg["train"])
     for name, ds in datasets.items():
+        for key in ds.get("train", {}):
+            if key not in train_keys or key == "prefetch":
+                raise ConfigError(f"config key datasets.{name}.train.{key}: not a training setting; allowed values: {', '.join(k for k in train_keys if k != 'prefetch')}")
+        for method in ds.get("method_overrides", {}):
+            if method not in methods:
+                raise ConfigError(f"config key datasets.{name}.method_overrides.{method}: not a method of this config; allowed values: {', '.join(methods)}")
         if ds["source"] == "seidel":
             if ds.get("base") not in datasets or datasets[ds["base"]]["source"] == "seidel":
                 raise ConfigError(f"config key datasets.{name}.base: {ds.get('base')!r} must name a generated or downloaded dataset; defined: {', '.join(datasets)}")
@@ -155,6 +181,9 @@ def _check_references(cfg: dict) -> None:
                 if lvl not in ds["levels"]:
                     raise ConfigError(f"config key datasets.{name}.{which}: level {lvl!r} is not defined; defined levels: {', '.join(ds['levels'])}")
     _check_trained_on(datasets)
+    for path in cfg.get("protocol", {}):
+        if config_value(cfg, path) is _MISSING:
+            raise ConfigError(f"config key protocol.{path}: names no setting of this config. Fix: use the dotted path of a key, e.g. train.grad_clip")
     nb = cfg["experiments"].get("nonblind")
     if nb and datasets.get(nb["dataset"], {}).get("source") != "seidel":
         raise ConfigError(f"config key experiments.nonblind.dataset: {nb['dataset']!r} must be a dataset with source: seidel")

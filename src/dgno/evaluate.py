@@ -25,7 +25,7 @@ from dgno.train import as_outputs, load_trained, pick_device
 Restorer = Callable[[np.ndarray], np.ndarray]
 
 
-def model_restorer(model: torch.nn.Module, device: torch.device, *, tile: int | None, overlap: int) -> Restorer:
+def model_restorer(model: torch.nn.Module, device: torch.device, *, tile: int | None, overlap: int, blend: str = "ramp") -> Restorer:
     """Wrap a trained network as image → restored image (full resolution output, clipped to [0, 1])."""
 
     def run(x: torch.Tensor) -> torch.Tensor:
@@ -34,7 +34,7 @@ def model_restorer(model: torch.nn.Module, device: torch.device, *, tile: int | 
     def restore(img: np.ndarray) -> np.ndarray:
         x = to_tensor_image(img).to(device)
         with torch.no_grad():
-            y = tiled_apply(run, x, tile=tile, overlap=overlap)
+            y = tiled_apply(run, x, tile=tile, overlap=overlap, blend=blend)
         return np.clip(from_tensor_image(y), 0.0, 1.0)
 
     return restore
@@ -73,6 +73,8 @@ def score_dataset(
     for pair in tqdm(pairs, desc=f"evaluate {method} {level}", disable=not progress):
         pred = read_image(precomputed / f"{pair.id}.tif") if precomputed else restore(pair.blur)
         row = {"id": pair.id, "psnr": metrics.psnr(pred, pair.gt), "ssim": metrics.ssim(pred, pair.gt)}
+        if pred.ndim == 3 and pred.shape[-1] == 3:  # the authors' PSNR of RGB data: 8-bit BT.601 luma
+            row["psnr_y8"] = metrics.psnr_luma8(pred, pair.gt)
         if with_lpips:
             value, lpips_source = metrics.lpips(pred, pair.gt)
             row["lpips"] = value
@@ -88,6 +90,7 @@ def score_dataset(
         "n_images": len(frame),
         "psnr": float(frame["psnr"].mean()),
         "ssim": float(frame["ssim"].mean()),
+        "psnr_y8": float(frame["psnr_y8"].mean()) if "psnr_y8" in frame else None,
         "lpips": float(frame["lpips"].mean()) if with_lpips and frame["lpips"].notna().all() else None,
         "lpips_source": lpips_source if with_lpips else "not computed (evaluate.lpips: false)",
         "provenance": provenance.collect(),
@@ -105,6 +108,7 @@ def evaluate_checkpoint(
     *,
     tile: int | None = None,
     overlap: int = 32,
+    blend: str = "ramp",
     device: str = "auto",
     method: str | None = None,
     **kwargs,
@@ -112,7 +116,7 @@ def evaluate_checkpoint(
     """Score a trained ``model.pt`` on one blur level of a dataset's test split."""
     dev = pick_device(device)
     model, blob = load_trained(checkpoint, dev)
-    restore = model_restorer(model, dev, tile=tile, overlap=overlap)
-    extra = {"checkpoint": str(checkpoint), "model_spec": blob["spec"], "tile": tile, "overlap": overlap}
+    restore = model_restorer(model, dev, tile=tile, overlap=overlap, blend=blend)
+    extra = {"checkpoint": str(checkpoint), "model_spec": blob["spec"], "weights": blob.get("weights", "ema"), "tile": tile, "overlap": overlap, "blend": blend}
     min_size = int(model.hparams.get("operator_kwargs", {}).get("element_size", 1))  # one DG element must fit
     return score_dataset(restore, data_dir, level, out_dir, method=method or blob["spec"]["name"], extra=extra, min_size=min_size, **kwargs)

@@ -50,7 +50,7 @@ class TrainConfig:
     patch_size: int = 256
     lr: float = 3e-4
     lr_min: float = 1e-6
-    flat_fraction: float = 0.5  # share of iterations at constant lr before the cosine decay
+    flat_fraction: float = 0.5  # share of iterations at constant lr before the cosine decay (rounded to whole steps)
     weight_decay: float = 1e-4
     betas: tuple[float, float] = (0.9, 0.999)
     fft_weight: float = 0.1
@@ -64,10 +64,23 @@ class TrainConfig:
     device: str = "auto"
     bf16: bool = True  # bfloat16 autocast on CUDA (ignored on CPU, where float32 is faster and exact)
     prefetch: int = 2  # batches cut ahead by a background thread; 0 = in the loop (same batches either way)
+    # Which weights model.pt holds, i.e. which are evaluated: "ema" (the running average) or "raw"
+    # (the optimizer's weights, which the authors' test scripts load as checkpoint["params"]).
+    eval_weights: str = "ema"
+    # Progressive training (the authors' 3DHistech recipe): stages {iterations, patch_size, batch_size},
+    # run in order; each step cuts its stage's batch and patch out of a full (batch_size, patch_size) batch.
+    progressive: list[dict[str, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.prefetch < 0:
             raise ValueError(f"prefetch={self.prefetch!r}; allowed: an integer >= 0 (0 = no background thread)")
+        if self.eval_weights not in ("ema", "raw"):
+            raise ValueError(f"eval_weights={self.eval_weights!r}; allowed: 'ema', 'raw'")
+        for i, stage in enumerate(self.progressive):
+            if set(stage) != {"iterations", "patch_size", "batch_size"}:
+                raise ValueError(f"progressive[{i}] = {stage}; needs exactly iterations, patch_size, batch_size")
+            if stage["patch_size"] > self.patch_size or stage["batch_size"] > self.batch_size:
+                raise ValueError(f"progressive[{i}] = {stage} exceeds patch_size {self.patch_size} / batch_size {self.batch_size}")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
@@ -102,7 +115,7 @@ def pick_device(name: str) -> torch.device:
 def lr_at(it: int, cfg: TrainConfig) -> float:
     """Learning rate at iteration `it`: constant `lr` for the first flat_fraction of the run, then
     cosine decay to `lr_min` at the last iteration (the paper's schedule)."""
-    flat = int(cfg.flat_fraction * cfg.iterations)
+    flat = round(cfg.flat_fraction * cfg.iterations)  # 1/3 of 60 000 is exactly the authors' 20 000
     if it < flat:
         return cfg.lr
     span = max(cfg.iterations - flat, 1)
@@ -111,23 +124,62 @@ def lr_at(it: int, cfg: TrainConfig) -> float:
 
 
 def multiscale_targets(gt: torch.Tensor, outputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Bilinear-downsampled ground truth matching each output's size (the paper's 1/4, 1/2, 1 targets)."""
-    return [gt if o.shape[-2:] == gt.shape[-2:] else F.interpolate(gt, size=o.shape[-2:], mode="bilinear", align_corners=False, antialias=True) for o in outputs]
+    """Ground truth at each output's size: bilinear, no antialiasing (the authors' 1/4, 1/2, 1 targets).
+
+    On sizes divisible by 4 this is the authors' ``interpolate(gt, scale_factor=0.5 | 0.25,
+    mode="bilinear")``: a 2-tap (1/2) or 2-tap-at-offset (1/4) sample of the sharp image, so the
+    coarse targets keep some aliasing, as theirs do.
+    """
+    return [gt if o.shape[-2:] == gt.shape[-2:] else F.interpolate(gt, size=o.shape[-2:], mode="bilinear", align_corners=False) for o in outputs]
+
+
+def fft_l1(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """mean over every frequency of ½(|Δ Re F| + |Δ Im F|), F = 2-D FFT (full spectrum, unnormalised).
+
+    The authors' FFT term: real and imaginary parts stacked and compared by a mean L1. It penalises
+    missing high frequencies that a pixel L1 barely sees, which is the point of deblurring.
+    """
+    diff = torch.fft.fft2(out.float()) - torch.fft.fft2(target.float())
+    return torch.view_as_real(diff).abs().mean()
 
 
 def restoration_loss(outputs: list[torch.Tensor], gt: torch.Tensor, *, fft_weight: float) -> torch.Tensor:
-    """Σ_scales  L1(ŷ_s, y_s) + λ · L1(FFT ŷ_s, FFT y_s).
+    """Σ_scales  L1(ŷ_s, y_s) + λ · fft_l1(ŷ_s, y_s)  (the authors' loss, λ = 0.1).
 
-    The FFT term penalises missing high frequencies that a pixel L1 barely sees, which is the
-    whole point of deblurring. Single-output models pass a one-element list.
+    Single-output models pass a one-element list.
     """
     total = gt.new_zeros(())
     for out, target in zip(outputs, multiscale_targets(gt, outputs)):
         total = total + F.l1_loss(out, target)
         if fft_weight:
-            fo, ft = torch.fft.rfft2(out.float()), torch.fft.rfft2(target.float())
-            total = total + fft_weight * (fo - ft).abs().mean()
+            total = total + fft_weight * fft_l1(out, target)
     return total
+
+
+def progressive_stage(it: int, cfg: TrainConfig) -> tuple[int, int]:
+    """(patch_size, batch_size) of step ``it``: the stage it falls in, the last stage after the end."""
+    end = 0
+    for stage in cfg.progressive:
+        end += stage["iterations"]
+        if it < end:
+            return stage["patch_size"], stage["batch_size"]
+    last = cfg.progressive[-1] if cfg.progressive else {"patch_size": cfg.patch_size, "batch_size": cfg.batch_size}
+    return last["patch_size"], last["batch_size"]
+
+
+def cut_batch(blur: torch.Tensor, gt: torch.Tensor, *, patch: int, batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random ``batch`` of the crops and a random ``patch``×``patch`` window of them (same for blur and gt).
+
+    The authors' progressive training: the loader cuts full-size crops and each step keeps a random
+    subset and sub-window.  Seeded by step, so a resumed run cuts the same windows.
+    """
+    if patch == blur.shape[-1] and batch == blur.shape[0]:
+        return blur, gt
+    g = torch.Generator().manual_seed(seed)
+    keep = torch.randperm(blur.shape[0], generator=g)[:batch].sort().values.to(blur.device)
+    y, x = (int(torch.randint(blur.shape[d] - patch + 1, (1,), generator=g)) for d in (-2, -1))
+    window = (keep, slice(None), slice(y, y + patch), slice(x, x + patch))
+    return blur[window], gt[window]
 
 
 def as_outputs(y: torch.Tensor | list[torch.Tensor]) -> list[torch.Tensor]:
@@ -540,6 +592,9 @@ def _train(
             for g in opt.param_groups:
                 g["lr"] = lr_at(it, cfg)
             blur, gt = (t.to(device, non_blocking=True) for t in batches.next())
+            if cfg.progressive:
+                patch, stage_batch = progressive_stage(it, cfg)
+                blur, gt = cut_batch(blur, gt, patch=patch, batch=max(stage_batch // ranks.world, 1), seed=(cfg.seed * 1_000_003 + it) * 97 + ranks.rank)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
                 outputs = as_outputs(net(blur))
             loss = restoration_loss([o.float() for o in outputs], gt, fft_weight=cfg.fft_weight)
@@ -577,14 +632,16 @@ def _train(
 
     # The EMA follows the synchronised weights and buffers, so it must agree on every rank; a
     # mismatch would mean model.pt depends on which rank wrote it.
-    digests = _gather(weights_digest(ema.state_dict()), ranks)
+    evaluated = ema if cfg.eval_weights == "ema" else model
+    digests = _gather(weights_digest(evaluated.state_dict()), ranks)
     if len(set(digests)) != 1:
-        raise RuntimeError(f"EMA weights differ between the {ranks.world} processes (digests {digests}); model.pt not written")
+        raise RuntimeError(f"{cfg.eval_weights} weights differ between the {ranks.world} processes (digests {digests}); model.pt not written")
     if ranks.main:
         final = {
             "version": CHECKPOINT_VERSION,
             "spec": spec,
-            "state_dict": ema.state_dict(),
+            "state_dict": evaluated.state_dict(),
+            "weights": cfg.eval_weights,
             "weights_sha256": digests[0],
             "world_size": ranks.world,
             "iterations": cfg.iterations,

@@ -79,10 +79,31 @@ def paired_url(wildcards):
 
 
 def trained_model(wildcards):
-    """Checkpoint that evaluates `dataset`: its own, or that of its `trained_on` dataset (RealDOF ← DPDD)."""
+    """Checkpoint that evaluates `dataset`: its own, or that of its `trained_on` dataset (RealDOF ← DPDD);
+    for a method with `official` weights, the authors' checkpoint imported for that dataset."""
     ds = config["datasets"][wildcards.dataset]
     source = ds.get("trained_on", wildcards.dataset)
+    if "official" in config["methods"][wildcards.method]:
+        return f"results/official/{source}/{wildcards.method}/model.pt"
     return f"results/train/{source}/{wildcards.method}/model.pt"
+
+
+def official_checkpoint(wildcards):
+    """The authors' checkpoint file that an `official` method uses on a dataset (named as released)."""
+    name = config["methods"][wildcards.method]["official"].get(wildcards.dataset)
+    if name is None:
+        raise ValueError(
+            f"method {wildcards.method} has no authors' checkpoint for dataset {wildcards.dataset}; "
+            f"it has: {', '.join(config['methods'][wildcards.method]['official'])}. Fix: add it under methods.{wildcards.method}.official"
+        )
+    return f"{RAW}/official/{name}.pth"
+
+
+def official_options(wildcards):
+    """Option file (or packaged network name) of the checkpoint that official_checkpoint() names."""
+    name = Path(official_checkpoint(wildcards)).stem
+    folder = config["downloads"]["official_options"]
+    return str(Path(folder) / f"{name}.yml") if folder else name
 
 
 def bbbc006_planes(wildcards):
@@ -138,6 +159,25 @@ def seidel_base_inputs(wildcards):
 def seidel_image_size(wildcards):
     """Calibration frames have the size of the base dataset's images."""
     return config["datasets"][config["datasets"][wildcards.dataset]["base"]]["size"]
+
+
+def train_settings(dataset):
+    """The training recipe of one dataset: the top-level `train` with the dataset's own settings on
+    top (e.g. the authors' 3DHistech schedule). prefetch only changes speed, not results: it is left
+    out so that changing it does not retrain; the script reads it from the config."""
+    merged = {**config["train"], **config["datasets"][dataset].get("train", {})}
+    merged.pop("prefetch", None)
+    return canonical(merged)
+
+
+def method_settings(dataset, method):
+    """A method's spec on one dataset: its overrides plus the dataset's `method_overrides` for it
+    (e.g. the authors' DGNO-Face on BBBC006 w2 uses jump + neumann)."""
+    spec = {k: v for k, v in config["methods"][method].items() if k != "label"}
+    extra = config["datasets"][dataset].get("method_overrides", {}).get(method)
+    if extra:
+        spec["overrides"] = {**spec.get("overrides", {}), **extra}
+    return canonical(spec)
 
 
 def method_json(wildcards):
@@ -273,6 +313,7 @@ def rank_methods(dataset):
         m
         for m in EXPERIMENTS["operators"]["methods"]
         if config["methods"][m]["model"] in RANK_MODELS
+        and "official" not in config["methods"][m]
     ]
 
 

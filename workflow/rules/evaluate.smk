@@ -19,7 +19,7 @@ rule evaluate:
         gpu=1 if config["device"] != "cpu" else 0,
     params:
         evaluate=canonical(
-            {k: config["evaluate"][k] for k in ("tile", "overlap", "lpips")}
+            {k: config["evaluate"][k] for k in ("tile", "overlap", "blend", "lpips")}
         ),
         device=config["device"],
     script:
@@ -39,7 +39,7 @@ rule evaluate_input:
         "../../envs/dgno.yaml"
     params:
         evaluate=canonical(
-            {k: config["evaluate"][k] for k in ("tile", "overlap", "lpips")}
+            {k: config["evaluate"][k] for k in ("tile", "overlap", "blend", "lpips")}
         ),
     script:
         "../scripts/evaluate.py"

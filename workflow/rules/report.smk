@@ -183,6 +183,7 @@ rule figure_training_curves:
         lambda wc: [
             f"results/train/{wc.dataset}/{m}/train_metrics.csv"
             for m in experiment_methods(wc.dataset)
+            if "official" not in config["methods"][m]
         ],
     output:
         report(

@@ -16,13 +16,9 @@ rule train:
     resources:
         gpu=1 if config["device"] != "cpu" else 0,
     params:
-        method=lambda wc: canonical(
-            {k: v for k, v in config["methods"][wc.method].items() if k != "label"}
-        ),
+        method=lambda wc: method_settings(wc.dataset, wc.method),
         levels=lambda wc: config["datasets"][wc.dataset]["train_levels"],
-        # prefetch only changes speed, not results: kept out of params so that changing it
-        # does not retrain; the script reads it from the config.
-        train=canonical({k: v for k, v in config["train"].items() if k != "prefetch"}),
+        train=lambda wc: train_settings(wc.dataset),
         scale=config["scale"],
         seed=config["seed"],
         device=config["device"],

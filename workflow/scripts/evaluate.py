@@ -17,7 +17,7 @@ out_dir = Path(sm.output.summary).parent
 common = dict(method=sm.wildcards.get("method", "input"), with_lpips=ev["lpips"])
 if "model" in sm.input.keys():
     evaluate_checkpoint(
-        sm.input.model, data_dir, sm.wildcards.level, out_dir, tile=ev["tile"], overlap=ev["overlap"], device=sm.params.device, **common
+        sm.input.model, data_dir, sm.wildcards.level, out_dir, tile=ev["tile"], overlap=ev["overlap"], blend=ev["blend"], device=sm.params.device, **common
     )
 else:
     score_dataset(identity_restorer, data_dir, sm.wildcards.level, out_dir, **common)

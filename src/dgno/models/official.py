@@ -31,6 +31,20 @@ from torch import Tensor
 from dgno.io import InputError
 
 WEIGHT_KEYS = ("params", "params_ema")
+# How this package's DGNO computes the authors' function: (convention, the authors' code, the paper's
+# text or this package before it followed the code).  Shown in the report's protocol section.
+AUTHORS_CONVENTIONS: tuple[tuple[str, str, str], ...] = (
+    ("DG / Galerkin layer update", "out = x + W2 GELU(W1 (x + Q K_e))", "before: z = x + Q K_e, out = z + MLP(z)"),
+    ("shallow input branch (SCM + FAM)", "conv3x3-GELU-conv1x1-GELU-conv3x3-GELU-conv1x1 to the level width, affine InstanceNorm; fused by a 3x3 conv", "before: ReLU, raw image concatenated, extra 1x1 mix conv"),
+    ("input pyramid", "nearest interpolate(scale_factor=0.5), once for 1/2 and twice for 1/4", "before: bilinear"),
+    ("per-head LayerNorm of K, V", "(x - mean) / (unbiased std + 1e-5)", "before: (x - mean) / sqrt(biased var + 1e-5)"),
+    ("Dirichlet boundary", "+F(K_b, 0) added on all four sides; K_b = the boundary element's inner face (Face) or K_vol (Cell)", "paper App. D and before: -F(0, K) on left/top with the outward face"),
+    ("periodic boundary, Face", "wrap F(left face of last column, right face of first column), likewise top/bottom", "before: faces swapped"),
+    ("ASSM prompt", "added to C in raster token order (C itself in route-sorted order)", "before: sorted together with the tokens"),
+    ("biases", "no bias in the stem, the 1x1 reduce convs and the full-resolution head; the 1/4 and 1/2 heads have one", "before: biases everywhere"),
+    ("routing at inference (kept out)", "Gumbel noise also in eval mode: outputs vary 5e-3 to 2e-2 between runs", "here: argmax routing, deterministic"),
+    ("token sort (kept out)", "unstable sort: order among equal routes depends on the platform (up to 3e-2)", "here: stable sort, ties in raster order"),
+)
 # Settings of the authors' constructor that this package reproduces, with the values it supports.
 _FIXED = {"type": "DGNO", "bias": False, "LayerNorm_type": "WithBias", "ffn_expansion_factor": 2.66}
 # Accepted and ignored: the authors' constructor takes them but its network does not use them.
@@ -51,9 +65,23 @@ _KNOWN = set(_FIXED) | _UNUSED | {
 DG_HEADS = 16  # fixed in the authors' network at every decoder scale
 
 
+RELEASED = Path(__file__).with_name("official_networks.yaml")
+
+
+def released_networks() -> dict[str, dict[str, Any]]:
+    """The ``network_g`` blocks of the six released checkpoints, by name (e.g. DGNO_BBBC006_w1_Face)."""
+    return {name: dict(entry["network_g"]) for name, entry in yaml.safe_load(RELEASED.read_text()).items()}
+
+
 def read_network_options(path: str | Path) -> dict[str, Any]:
-    """The ``network_g`` block of an authors' option file (YAML; JSON is YAML too)."""
+    """The ``network_g`` block of an authors' option file (YAML; JSON is YAML too), or of a released
+    checkpoint named like its option file (``DGNO_BBBC006_w1_Face``)."""
+    released = released_networks()
+    if str(path) in released and not Path(path).exists():
+        return released[str(path)]
     path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: option file does not exist. Fix: pass an authors' options/DGNO_*.yml or one of {', '.join(released)}")
     try:
         doc = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
@@ -302,3 +330,25 @@ def import_official(
     }
     save_checkpoint(out, blob)
     return out
+
+
+def fetch_official(url: str, dest: str | Path, *, retries: int = 4, sha256: str | None = None) -> Path:
+    """Download one released checkpoint to ``dest`` (resumable, verified), or fail with instructions.
+
+    The download is accepted only if it loads as a tensor checkpoint with a ``params`` state dict;
+    anything else (an HTML error page, a truncated file) is rejected and deleted.
+    """
+    from dgno.data.download import DownloadError, download
+
+    dest = Path(dest)
+
+    def check(part: Path) -> None:
+        load_official_state(part, weights="params")
+
+    try:
+        return download(url, dest, sha256=sha256, retries=retries, check=check)
+    except (DownloadError, InputError) as exc:
+        raise InputError(
+            f"{dest}: could not download the authors' checkpoint from {url} ({exc}). Fix: download it by hand on a "
+            f"machine with network access and place it at {dest.resolve()} (folder {dest.parent.resolve()}), then re-run"
+        ) from exc

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,8 @@ class Section:
     verdicts: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
+    # Tables of words, not measurements: (column headers, rows of strings), e.g. the protocol table.
+    text_tables: list[tuple[list[str], list[list[str]]]] = field(default_factory=list)
 
 
 def figure(results: Path, rel: str, title: str) -> Figure:
@@ -462,19 +466,48 @@ def main_section(config: dict, summaries: pd.DataFrame) -> Section:
     sec = Section(id="main", title="Main results (Table 1)", paper_source=paper.get("source", ""))
     keys = {ds: config["datasets"][ds].get("paper_column", ds) for ds in dss}
     sec.notes.append("Columns: " + "; ".join(f"{ds} → paper column {keys[ds]}" for ds in dss) + ". Levels: the in-distribution test levels of each dataset.")
+    levels = {ds: table_levels(config, ds) for ds in dss}
+    luma = luma_psnr_values(summaries, dss, levels)
+    if luma:
+        rgb = sorted({ds for _, ds, _ in luma})
+        sec.notes.append(
+            f"PSNR of {', '.join(rgb)}: the authors' protocol (restored and sharp images ×255 truncated to uint8, BT.601 luma, "
+            "PSNR with data range 255), which the paper's column was computed with; the float RGB PSNR is in each summary.json (psnr)."
+        )
+    official = [m for m in exp["methods"] if "official" in config["methods"].get(m, {})]
+    if official:
+        sec.notes.append(
+            f"Rows {', '.join(config['methods'][m].get('label', m) for m in official)}: the authors' released weights, not trained here, "
+            "evaluated on this pipeline's test split (their own split is not published as a list; their training images may "
+            "include some of these test images)."
+        )
     sec.tables.append(
         metric_table(
             summaries,
             datasets=dss,
             methods=exp["methods"],
             method_cfgs=config["methods"],
-            levels={ds: table_levels(config, ds) for ds in dss},
+            levels=levels,
             metrics=["psnr", "ssim", "lpips"],
             paper_rows=paper.get("rows", {}),
             paper_dataset_key=keys,
+            extra=luma or None,
         )
     )
     return sec
+
+
+def luma_psnr_values(summaries: pd.DataFrame, datasets: list[str], levels: dict[str, list[str]]) -> dict[tuple[str, str, str], float]:
+    """{(method, dataset, "psnr"): mean psnr_y8} for the RGB datasets (those whose summaries carry psnr_y8)."""
+    if "psnr_y8" not in summaries:
+        return {}
+    out = {}
+    for ds in datasets:
+        sub = summaries[(summaries["dataset"] == ds) & summaries["level"].isin(levels[ds]) & summaries["psnr_y8"].notna()]
+        for method, g in sub.groupby("method"):
+            if set(g["level"]) >= set(levels[ds]):
+                out[(method, ds, "psnr")] = float(g["psnr_y8"].mean())
+    return out
 
 
 def lifting_section(config: dict, summaries: pd.DataFrame) -> Section:
@@ -737,11 +770,40 @@ def runtime_section(results: Path) -> tuple[Section, bool]:
     return sec, True
 
 
+def protocol_section(config: dict[str, Any]) -> Section:
+    """Where each setting of this configuration comes from, and the authors' network conventions.
+
+    The settings table reads the config's ``protocol`` block (dotted path → source, note) and shows
+    each setting's value in *this* config beside it; the conventions table is the list the network
+    follows to compute the authors' function (``dgno.models.official.AUTHORS_CONVENTIONS``).
+    """
+    from dgno.config import config_value
+    from dgno.models.official import AUTHORS_CONVENTIONS
+
+    sec = Section(id="protocol", title="Protocol: the authors' network and recipe, and where each setting comes from")
+    sec.notes.append(
+        "The paper's numbers were made by the authors' code (GitHub qiiiiiii523/CC_defocus, third_party/DGNO) and option files. "
+        "Where the paper's text and that code disagree, this pipeline follows the code and says so here. The network reproduces the "
+        "authors' outputs to 1e-14 in float64 on their golden fixtures (tests/test_official.py); their released checkpoints load with "
+        "dgno import-official."
+    )
+    rows = []
+    for path, entry in config.get("protocol", {}).items():
+        value = config_value(config, path)
+        rows.append([path, json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value), entry["source"], entry.get("note", "")])
+    if rows:
+        sec.text_tables.append((["setting", f"value ({config.get('name', 'this config')})", "source", "note"], rows))
+    else:
+        sec.notes.append(f"This configuration ({config.get('name', '')}) states no sources for its settings (no protocol block); config/paper.yaml does.")
+    sec.text_tables.append((["network convention", "authors' code (followed here)", "paper text / before"], [list(row) for row in AUTHORS_CONVENTIONS]))
+    return sec
+
+
 def build_report(config: dict[str, Any], results_root: str | Path, out_html: str | Path) -> None:
     """Read every results file of this configuration and write the standalone HTML report."""
     results = Path(results_root)
     summaries = collect_summaries(sorted((results / "eval").rglob("summary.json")))
-    sections = []
+    sections = [protocol_section(config)]
     if "main" in config["experiments"]:
         sections.append(main_section(config, summaries))
     if "operators" in config["experiments"]:

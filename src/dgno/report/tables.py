@@ -46,9 +46,10 @@ def collect_summaries(paths: Iterable[str | Path]) -> pd.DataFrame:
                 "ssim": s["ssim"],
                 "lpips": s.get("lpips"),
                 "lpips_source": s.get("lpips_source"),
+                "psnr_y8": s.get("psnr_y8"),
             }
         )
-    return pd.DataFrame(rows, columns=["dataset", "method", "level", "n_images", "psnr", "ssim", "lpips", "lpips_source"])
+    return pd.DataFrame(rows, columns=["dataset", "method", "level", "n_images", "psnr", "ssim", "lpips", "lpips_source", "psnr_y8"])
 
 
 def mean_over_levels(frame: pd.DataFrame) -> pd.DataFrame:

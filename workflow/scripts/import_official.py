@@ -1,0 +1,14 @@
+"""Rule `import_official`: the authors' checkpoint as a project model.pt (dgno import-official)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _log  # noqa: E402
+
+_log.redirect(snakemake.log[0])  # noqa: F821
+sm = snakemake  # noqa: F821
+
+from dgno.models.official import import_official  # noqa: E402
+
+import_official(sm.input.checkpoint, sm.params.options, sm.output.model, weights="params")
