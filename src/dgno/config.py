@@ -165,6 +165,8 @@ def _check_references(cfg: dict) -> None:
             if ds.get("base") not in datasets or datasets[ds["base"]]["source"] == "seidel":
                 raise ConfigError(f"config key datasets.{name}.base: {ds.get('base')!r} must name a generated or downloaded dataset; defined: {', '.join(datasets)}")
             ds["levels"] = {"seidel": None}
+        elif ds["source"] == "sigma_map" and (ds.get("base") not in datasets or datasets[ds["base"]]["source"] in ("seidel", "sigma_map")):
+            raise ConfigError(f"config key datasets.{name}.base: {ds.get('base')!r} must name a dataset with sharp images of its own; defined: {', '.join(datasets)}")
         elif ds["source"] == "bbbc006":
             if "channel" not in ds:
                 raise ConfigError(f"config key datasets.{name}.channel: required for source 'bbbc006'; allowed values: w1, w2")
@@ -204,6 +206,17 @@ def _check_references(cfg: dict) -> None:
         for m in spec["methods"]:
             if m not in methods:
                 raise ConfigError(f"config key experiments.{exp}.methods: method {m!r} is not defined; defined methods: {', '.join(methods)}")
+            official = methods[m].get("official")
+            for ds in spec.get("datasets", [spec.get("dataset")]) if official else []:
+                source = datasets[ds].get("trained_on", ds)
+                if source not in official:
+                    raise ConfigError(
+                        f"config key experiments.{exp}.methods: {m!r} has no authors' checkpoint for dataset {source!r} "
+                        f"(methods.{m}.official names {', '.join(official)}). Fix: add one or drop the method from this experiment"
+                    )
+    sb = cfg["experiments"].get("synthetic_bbbc006")
+    if sb and datasets.get(sb["dataset"], {}).get("source") != "sigma_map":
+        raise ConfigError(f"config key experiments.synthetic_bbbc006.dataset: {sb['dataset']!r} must be a dataset with source: sigma_map")
     cost = cfg.get("evaluate", {}).get("paper_scale_cost")
     for m in cost if isinstance(cost, list) else []:
         if m not in methods:

@@ -13,7 +13,7 @@ rule sigma_blur:
     benchmark:
         "results/benchmarks/blur/{dataset}/{level}.tsv"
     wildcard_constraints:
-        dataset=one_of(GENERATED),
+        dataset=one_of(GENERATED + SIGMA_SETS),
     conda:
         "../../envs/dgno.yaml"
     params:
@@ -23,3 +23,24 @@ rule sigma_blur:
         ],
     script:
         "../scripts/sigma_blur.py"
+
+
+rule sigma_sharp:
+    input:
+        split=lambda wc: f"results/data/{config['datasets'][wc.dataset]['base']}/split.csv",
+        gt=lambda wc: f"results/data/{config['datasets'][wc.dataset]['base']}/gt",
+        manifest=lambda wc: f"results/data/{config['datasets'][wc.dataset]['base']}/manifest.json",
+    output:
+        split="results/data/{dataset}/split.csv",
+        gt=directory("results/data/{dataset}/gt"),
+        manifest="results/data/{dataset}/manifest.json",
+    log:
+        "results/logs/data/{dataset}.log",
+    wildcard_constraints:
+        dataset=one_of(SIGMA_SETS),
+    conda:
+        "../../envs/dgno.yaml"
+    params:
+        seed=config["seed"],
+    script:
+        "../scripts/sigma_sharp.py"

@@ -16,6 +16,8 @@ config.update(
 DATASETS = list(config["datasets"])
 GENERATED = [d for d in DATASETS if config["datasets"][d]["source"].startswith("demo_")]
 SEIDEL = [d for d in DATASETS if config["datasets"][d]["source"] == "seidel"]
+# Sharp images of another dataset with sigma-map blur (dgno.data.sigma_sets).
+SIGMA_SETS = [d for d in DATASETS if config["datasets"][d]["source"] == "sigma_map"]
 BBBC006 = [d for d in DATASETS if config["datasets"][d]["source"] == "bbbc006"]
 # Real (blurred, sharp) pairs with the authors' split: 3DHistech, DPDD, RealDOF (dgno.data.paired_sets).
 PAIRED = [

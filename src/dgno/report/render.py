@@ -48,6 +48,7 @@ CATALOGUE = [
     ("stardist", "StarDist AP downstream"),
     ("nonblind", "Seidel-PSF non-blind comparison"),
     ("synthetic", "Controlled synthetic sigma-map experiment"),
+    ("synthetic_bbbc006", "Controlled synthetic experiment on BBBC006 w1 (sigma 0.6–13, GG vs DG, boundary gain)"),
     ("dpdd", "DPDD"),
     ("realdof", "RealDOF"),
     ("runtime_memory", "Runtime / memory vs image size"),
