@@ -106,7 +106,7 @@ def test_sigma_map_experiment_on_another_datasets_sharp_images(smoke_run):
     assert json.loads((sig / "manifest.json").read_text())["base"] == "nuclei"
     some = sorted((sig / "gt").glob("*.tif"))[0]
     sharp, sigma = tifffile.imread(some), tifffile.imread(sig / "sigma" / "sigma" / some.name)
-    assert sharp.dtype == np.float32 and 0.0 <= sharp.min() and sharp.max() <= 1.0
+    assert sharp.dtype == np.float32 and sharp.min() >= 0.0 and sharp.max() <= 1.0
     assert float(sigma.min()) == 0.5 and float(sigma.max()) == 3.0  # the configured range, hit exactly
     assert not np.allclose(tifffile.imread(sig / "blur" / "sigma" / some.name), sharp)
     page = (smoke_run / "report" / "index.html").read_text()

@@ -82,7 +82,8 @@ def paired_url(wildcards):
 
 def trained_model(wildcards):
     """Checkpoint that evaluates `dataset`: its own, or that of its `trained_on` dataset (RealDOF ← DPDD);
-    for a method with `official` weights, the authors' checkpoint imported for that dataset."""
+    for a method with `official` weights, the authors' checkpoint imported for that dataset.
+    """
     ds = config["datasets"][wildcards.dataset]
     source = ds.get("trained_on", wildcards.dataset)
     if "official" in config["methods"][wildcards.method]:

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dgno.layers.blocks import FAM, SCM, Downsample, Upsample, make_encoder_block, pad_to_multiple
 from dgno.choices import check_choice
+from dgno.layers.blocks import FAM, SCM, Downsample, Upsample, make_encoder_block, pad_to_multiple
 from dgno.layers.operator import OPERATOR_LAYERS, OperatorName, make_operator_layer
 
 

@@ -238,12 +238,10 @@ def convert_state_dict(official: Mapping[str, Tensor], expected: Mapping[str, Te
             if not torch.equal(value.cpu().long(), faces[face["side"]]):
                 raise ValueError(f"{key}: face indices {value.tolist()} differ from the {element_size}x{element_size} element's {face['side']} face")
             continue
-        for pattern, template, reshape in _RULES:
-            match = pattern.match(key)
-            if match:
-                break
-        else:
+        rule = next(((pattern.match(key), template, reshape) for pattern, template, reshape in _RULES if pattern.match(key)), None)
+        if rule is None:
             raise ValueError(f"{key}: not a tensor of the authors' DGNO (no rule maps it)")
+        match, template, reshape = rule
         target = _target_key(match, template)
         if target not in expected:
             raise ValueError(f"{key}: maps to {target!r}, which this network does not have (check the option file: dim, num_blocks, variant, flux_mode)")

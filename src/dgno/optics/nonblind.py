@@ -28,6 +28,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 import torch
 
+from dgno.choices import check_choice
 from dgno.io import read_image, read_json, write_json, write_tiff
 from dgno.optics.calibration import (
     FITTED_TERMS,
@@ -38,7 +39,6 @@ from dgno.optics.calibration import (
     synthesize_bead_image,
 )
 from dgno.optics.deconv import richardson_lucy_deconvolve, ring_deconvolve, wiener_deconvolve
-from dgno.choices import check_choice
 from dgno.optics.ring import RingBlur
 from dgno.optics.seidel import SeidelCoefficients, suggest_psf_size
 
