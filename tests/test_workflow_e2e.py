@@ -116,3 +116,22 @@ def test_sigma_map_experiment_on_another_datasets_sharp_images(smoke_run):
     assert row and len(re.findall(r'<span class="m">[-0-9.]+</span>', row.group(1))) == 4  # psnr, gain, edge, edge gain
     protocol = page.split('id="protocol"')[1].split("</section>")[0]
     assert "raster token order" in protocol  # the authors' network conventions are listed
+
+
+def test_forced_rerun_of_a_trained_model_trains_again(smoke_run):
+    """snakemake -R / --forcerun on one model: the finished checkpoint is set aside and training runs
+    (it must not 'resume' the finished run and rewrite the old weights). Last in this module: it
+    rewrites one model of the shared smoke run."""
+    target = "results/train/nuclei/gg/model.pt"
+    proc = subprocess.run(
+        [SNAKEMAKE, target, "--forcerun", target, "--cores", "1", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(smoke_run), "--configfile", str(ROOT / "tests" / "smoke.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    run = smoke_run / "results" / "train" / "nuclei" / "gg"
+    assert (run / "checkpoint.stale-1.pt").exists()
+    assert "already finished (a rerun trains anew)" in (smoke_run / "results" / "logs" / "train" / "nuclei" / "gg.log").read_text()
+    rows = (run / "train_metrics.csv").read_text().splitlines()[1:]
+    assert int(rows[0].split(",")[0]) < int(rows[-1].split(",")[0])  # a whole fresh curve, from the start

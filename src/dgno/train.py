@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import csv
 import hashlib
+import json
 import math
 import os
 import queue
@@ -485,6 +486,91 @@ def _resume_rng(state: dict[str, Any], ranks: Ranks) -> dict[str, Any] | None:
     return saved[ranks.rank] if ranks.rank < len(saved) else None
 
 
+LOG_COLUMNS = ["iteration", "loss", "lr", "val_psnr", "seconds"]
+
+
+def data_digest(data_dir: Path, levels: list[str]) -> str:
+    """SHA-256 of what a run trains on: split.csv, manifest.json and each image's name, size and mtime.
+
+    Not the image bytes: re-hashing a 100 GB dataset on every resume would cost more than the check is
+    worth.  A re-generated or re-downloaded image gets a new modification time, so it counts as new
+    data (a plain copy of a dataset folder does too: that retrains, it never resumes wrongly).
+    """
+    h = hashlib.sha256()
+    for name in ("split.csv", "manifest.json"):
+        path = data_dir / name
+        h.update(name.encode() + (path.read_bytes() if path.exists() else b"<none>"))
+    for folder in [data_dir / "gt", *(data_dir / "blur" / lvl for lvl in levels)]:
+        for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+            st = path.stat()
+            h.update(f"{folder.name}/{path.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()
+
+
+def run_fingerprint(spec: dict[str, Any], cfg: TrainConfig, levels: list[str], data_dir: Path) -> dict[str, Any]:
+    """Everything a checkpoint's training depends on: model spec, recipe (incl. seed and device), levels, data.
+
+    ``prefetch`` is left out: it changes speed, not the batches.  A checkpoint resumes only a run with
+    the same fingerprint; any change (a new flux, learning rate, seed, level or dataset) trains anew.
+    """
+    recipe = {k: v for k, v in asdict(cfg).items() if k != "prefetch"}
+    return json.loads(json.dumps({"spec": spec, "train_config": recipe, "levels": list(levels), "data": data_digest(data_dir, levels)}, sort_keys=True, default=list))
+
+
+def _set_aside(path: Path, reason: str) -> Path:
+    """Rename a checkpoint that belongs to another run to ``<name>.stale-<n>.pt`` (kept, never deleted)."""
+    n = 1
+    while (aside := path.with_name(f"{path.stem}.stale-{n}{path.suffix}")).exists():
+        n += 1
+    path.rename(aside)
+    tqdm.write(f"{path}: {reason}; kept as {aside.name}, training from scratch")
+    return aside
+
+
+def _fingerprint_change(saved: dict[str, Any] | None, current: dict[str, Any]) -> str:
+    """Which parts of the fingerprint differ, as words for the log."""
+    if saved is None:
+        return "written by an older version (no run fingerprint)"
+    parts = [k for k in current if saved.get(k) != current[k]]
+    return "written for a different " + " / ".join({"spec": "model", "train_config": "training recipe", "levels": "blur levels", "data": "dataset"}[k] for k in parts)
+
+
+def _load_training_data(data_dir: Path, levels: list[str], ranks: Ranks, progress: bool):
+    """(training pairs, validation pairs, channels); decoded first, so a bad file fails by name before any compute."""
+    split = read_split(data_dir)
+    train_ids = split.get("train", [])
+    if not train_ids:
+        raise InputError(f"{data_dir / 'split.csv'}: no training images. Fix: regenerate the split")
+    val_ids = split.get("val", [])
+    pairs = load_pairs(data_dir, split="train", levels=levels, ids=train_ids, progress=progress)
+    val_pairs = load_pairs(data_dir, split="val", levels=levels, ids=val_ids) if val_ids and ranks.main else []
+    channels = 1 if pairs[0].gt.ndim == 2 else pairs[0].gt.shape[-1]
+    return pairs, val_pairs, channels
+
+
+def _build_networks(model_choice: ModelChoice, channels: int, cfg: TrainConfig, ranks: Ranks, device: torch.device):
+    """(model, its EMA copy, the network to call — DDP-wrapped when distributed —, AdamW)."""
+    model = build_model(model_choice.name, scale=model_choice.scale, in_channels=channels, **registry_overrides(model_choice.overrides)).to(device)
+    ema = copy.deepcopy(model).eval()  # copied before DDP attaches its gradient hooks to the parameters
+    for p in ema.parameters():
+        p.requires_grad_(False)
+    net: torch.nn.Module = model
+    if ranks.distributed:
+        # Wrapping broadcasts rank 0's initial weights and buffers; gradients are averaged in backward.
+        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        ema.load_state_dict(model.state_dict())  # start the EMA from the broadcast weights
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    return model, ema, net, opt
+
+
+def _write_log(path: Path, rows: list[list[str]]) -> None:
+    """The whole training curve as CSV (rewritten from the checkpoint's copy on resume)."""
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(LOG_COLUMNS)
+        writer.writerows(rows)
+
+
 def _train(
     data_dir: Path,
     out_dir: Path,
@@ -502,38 +588,25 @@ def _train(
     ckpt_path, metrics_path, final_path = out_dir / "checkpoint.pt", out_dir / "train_metrics.csv", out_dir / "model.pt"
     torch.manual_seed(cfg.seed)
 
-    split = read_split(data_dir)
-    train_ids = split.get("train", [])
-    if not train_ids:
-        raise InputError(f"{data_dir / 'split.csv'}: no training images. Fix: regenerate the split")
-    val_ids = split.get("val", [])
-    # Decode everything first: a bad file fails here, by name, before any compute is spent.
-    pairs = load_pairs(data_dir, split="train", levels=levels, ids=train_ids, progress=progress)
-    val_pairs = load_pairs(data_dir, split="val", levels=levels, ids=val_ids) if val_ids and ranks.main else []
-    in_channels = 1 if pairs[0].gt.ndim == 2 else pairs[0].gt.shape[-1]
-
-    model = build_model(model_choice.name, scale=model_choice.scale, in_channels=in_channels, **registry_overrides(model_choice.overrides)).to(device)
-    ema = copy.deepcopy(model).eval()  # copied before DDP attaches its gradient hooks to the parameters
-    for p in ema.parameters():
-        p.requires_grad_(False)
-    net: torch.nn.Module = model
-    if ranks.distributed:
-        # Wrapping broadcasts rank 0's initial weights and buffers; gradients are averaged in backward.
-        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        ema.load_state_dict(model.state_dict())  # start the EMA from the broadcast weights
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    pairs, val_pairs, channels = _load_training_data(data_dir, levels, ranks, progress)
+    model, ema, net, opt = _build_networks(model_choice, channels, cfg, ranks, device)
     sampler = CropSampler(pairs, patch=cfg.patch_size, batch_size=cfg.batch_size // ranks.world, seed=_rank_seed(cfg.seed, ranks.rank))
     val = _val_batches(val_pairs, cfg)
     spec = {"name": model_choice.name, "scale": model_choice.scale, "hparams": model.hparams, "overrides": model_choice.overrides}
+    fingerprint = run_fingerprint(spec, cfg, levels, data_dir)
 
-    start = 0
-    if ckpt_path.exists():
-        state = torch.load(ckpt_path, map_location=device, weights_only=True)
-        if state.get("spec") != spec:
-            raise InputError(
-                f"{ckpt_path}: checkpoint was written for a different model/config ({state.get('spec')}). "
-                "Fix: delete it to start over, or restore the config it was trained with"
-            )
+    # Resume only an unfinished checkpoint of the same run (a SLURM retry, a pre-emption). Any other
+    # checkpoint is set aside (kept) and training starts over: one of a different run, and a finished
+    # one, since being asked to train again after finishing means a rerun (snakemake -R) is wanted.
+    start, log_rows = 0, []
+    state = torch.load(ckpt_path, map_location=device, weights_only=True) if ckpt_path.exists() else None
+    if state is not None and (state.get("fingerprint") != fingerprint or int(state["iteration"]) >= cfg.iterations):
+        reason = _fingerprint_change(state.get("fingerprint"), fingerprint) if state.get("fingerprint") != fingerprint else "already finished (a rerun trains anew)"
+        _barrier(ranks)  # every rank has read it before rank 0 renames it
+        if ranks.main:
+            _set_aside(ckpt_path, reason)
+        state = None
+    if state is not None:
         model.load_state_dict(state["model"])
         ema.load_state_dict(state["ema"])
         opt.load_state_dict(state["optimizer"])
@@ -541,11 +614,11 @@ def _train(
         if rng is not None:
             sampler.load_state(rng["sampler_rng"])
             torch.set_rng_state(rng["torch_rng"].cpu())  # map_location may have moved it to the GPU
-        start = int(state["iteration"])
+        start, log_rows = int(state["iteration"]), [list(r) for r in state.get("log", [])]
         if ranks.main:
             tqdm.write(f"resuming {out_dir} from iteration {start}")
-    elif ranks.main and metrics_path.exists():
-        metrics_path.unlink()  # stale log of a run whose checkpoint is gone
+    if ranks.main:
+        _write_log(metrics_path, log_rows)  # the curve up to the checkpoint, even if Snakemake deleted the CSV
 
     def checkpoint(it: int) -> None:
         """Collective: every rank hands in its RNG states, rank 0 writes, all wait for the write
@@ -557,6 +630,7 @@ def _train(
                 {
                     "version": CHECKPOINT_VERSION,
                     "spec": spec,
+                    "fingerprint": fingerprint,
                     "iteration": it,
                     "model": model.state_dict(),
                     "ema": ema.state_dict(),
@@ -565,23 +639,15 @@ def _train(
                     "torch_rng": per_rank[0]["torch_rng"],
                     "ranks": per_rank,
                     "train_config": asdict(cfg),
+                    "log": log_rows,
                 },
             )
         _barrier(ranks)
 
     stop = _StopFlag()
-    previous = {}
-    if install_signal_handlers:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, stop)
-
-    log_fh = None
-    if ranks.main:
-        new_log = not metrics_path.exists()
-        log_fh = metrics_path.open("a", newline="")
-        log = csv.writer(log_fh)
-        if new_log:
-            log.writerow(["iteration", "loss", "lr", "val_psnr", "seconds"])
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)} if install_signal_handlers else {}
+    log_fh = metrics_path.open("a", newline="") if ranks.main else None
+    log = csv.writer(log_fh) if log_fh else None
     t0 = time.perf_counter()
     bar = tqdm(range(start, cfg.iterations), initial=start, total=cfg.iterations, desc=f"train {model_choice.name}", disable=not progress, mininterval=1.0)
     # Started after the resume, so that it cuts from the restored sampler state; closed in finally.
@@ -610,12 +676,14 @@ def _train(
             loss_value, stopping = _agree(loss, stop.signum is not None, ranks)
             done = it + 1
             bar.set_postfix(loss=f"{loss_value:.4f}", lr=f"{lr_at(it, cfg):.1e}", refresh=False)
-            if log_fh is not None:
+            if log is not None:
                 val_psnr = ""
                 if val is not None and (done % cfg.val_every == 0 or done == cfg.iterations):
                     val_psnr = f"{_validate(ema, val, device):.4f}"
                 if done % cfg.log_every == 0 or val_psnr or done == cfg.iterations:
-                    log.writerow([done, f"{loss_value:.6f}", f"{lr_at(it, cfg):.3e}", val_psnr, f"{time.perf_counter() - t0:.2f}"])
+                    row = [str(done), f"{loss_value:.6f}", f"{lr_at(it, cfg):.3e}", val_psnr, f"{time.perf_counter() - t0:.2f}"]
+                    log_rows.append(row)
+                    log.writerow(row)
                     log_fh.flush()
             if done % cfg.checkpoint_every == 0 or done == cfg.iterations:
                 checkpoint(done)
@@ -629,10 +697,15 @@ def _train(
             log_fh.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    return _write_model(final_path, model if cfg.eval_weights == "raw" else ema, spec=spec, cfg=cfg, levels=levels, data_dir=data_dir, ranks=ranks, device=device)
 
-    # The EMA follows the synchronised weights and buffers, so it must agree on every rank; a
-    # mismatch would mean model.pt depends on which rank wrote it.
-    evaluated = ema if cfg.eval_weights == "ema" else model
+
+def _write_model(path: Path, evaluated: torch.nn.Module, *, spec, cfg: TrainConfig, levels, data_dir: Path, ranks: Ranks, device) -> Path:
+    """model.pt: the evaluated weights (EMA or raw) with the spec and the recipe that made them.
+
+    The weights follow the synchronised ones, so they must agree on every rank; a mismatch would mean
+    model.pt depends on which rank wrote it.
+    """
     digests = _gather(weights_digest(evaluated.state_dict()), ranks)
     if len(set(digests)) != 1:
         raise RuntimeError(f"{cfg.eval_weights} weights differ between the {ranks.world} processes (digests {digests}); model.pt not written")
@@ -650,9 +723,9 @@ def _train(
             "data_dir": str(data_dir),
             "provenance": provenance.collect(device),
         }
-        save_checkpoint(final_path, final)
+        save_checkpoint(path, final)
     _barrier(ranks)
-    return final_path
+    return path
 
 
 def load_trained(path: str | Path, device: torch.device | str = "cpu") -> tuple[torch.nn.Module, dict[str, Any]]:

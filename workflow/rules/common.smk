@@ -1,4 +1,5 @@
 # Helpers shared by every stage (config validation, target lists, input functions).
+import functools
 import json
 import re
 from glob import glob
@@ -40,9 +41,11 @@ def one_of(names):
 
 
 DECONVOLUTION = config["experiments"].get("nonblind", {}).get("deconvolution", [])
+STARDIST_MODEL = config["experiments"].get("stardist", {}).get("model", "pretrained")
 METHODS = list(config["methods"])
 EXPERIMENTS = config["experiments"]
 ABLATIONS = config["ablation_runs"]
+ABLATION_METHODS = {r["method"] for rows in ABLATIONS.values() for r in rows}
 METHOD_REGEX = "|".join(re.escape(m) for m in sorted(METHODS, key=len, reverse=True))
 
 
@@ -80,15 +83,48 @@ def paired_url(wildcards):
     return config["downloads"].get(f"{source}_url", "")
 
 
+def _network(dataset, method):
+    """(registry model, resolved constructor spec) of a method on a dataset: what its training builds."""
+    from dgno.models.overrides import registry_overrides
+    from dgno.models.registry import resolved_spec
+
+    spec = method_settings(dataset, method)
+    overrides = registry_overrides(spec.get("overrides", {}))
+    return spec["model"], canonical(
+        resolved_spec(spec["model"], config["scale"], **overrides)
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def training_of(dataset, method):
+    """The method whose training `method` uses on `dataset`: itself, or for an ablation grid point that
+    builds exactly a configured method's network (e.g. Face avg_jump + dirichlet = DGNO-Face), that
+    method, so the paper's default settings are trained once and reused, as in the paper's tables.
+    """
+    if method not in ABLATION_METHODS:
+        return method
+    mine = _network(dataset, method)
+    for other in METHODS:
+        if other in ABLATION_METHODS or "official" in config["methods"][other]:
+            continue
+        if (
+            config["methods"][other]["model"] == mine[0]
+            and _network(dataset, other) == mine
+        ):
+            return other
+    return method
+
+
 def trained_model(wildcards):
     """Checkpoint that evaluates `dataset`: its own, or that of its `trained_on` dataset (RealDOF ← DPDD);
-    for a method with `official` weights, the authors' checkpoint imported for that dataset.
+    for a method with `official` weights, the authors' checkpoint imported for that dataset; for an
+    ablation grid point equal to a configured method, that method's training (``training_of``).
     """
     ds = config["datasets"][wildcards.dataset]
     source = ds.get("trained_on", wildcards.dataset)
     if "official" in config["methods"][wildcards.method]:
         return f"results/official/{source}/{wildcards.method}/model.pt"
-    return f"results/train/{source}/{wildcards.method}/model.pt"
+    return f"results/train/{source}/{training_of(source, wildcards.method)}/model.pt"
 
 
 def official_checkpoint(wildcards):

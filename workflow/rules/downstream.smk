@@ -1,23 +1,45 @@
 # Stage 5: the StarDist downstream check (TensorFlow, in its own environment).
+# The segmentation model is an explicit choice (experiments.stardist.model): the published
+# pretrained model, fetched by a local rule where the network is, or one trained here; the
+# report's StarDist table names which.
 
 
-rule stardist_model:
-    input:
-        split="results/data/{dataset}/split.csv",
-        gt="results/data/{dataset}/gt",
-    output:
-        "results/stardist/{dataset}/model.json",
-    log:
-        "results/logs/stardist/{dataset}_model.log",
-    benchmark:
-        "results/benchmarks/stardist_model/{dataset}.tsv"
-    conda:
-        "../../envs/stardist.yaml"
-    params:
-        spec=canonical(config["experiments"].get("stardist", {})),
-        seed=config["seed"],
-    script:
-        "../scripts/stardist_model.py"
+if STARDIST_MODEL == "pretrained":
+
+    localrules:
+        stardist_pretrained,
+
+    rule stardist_pretrained:
+        output:
+            "results/stardist/{dataset}/model.json",
+        log:
+            "results/logs/stardist/{dataset}_model.log",
+        conda:
+            "../../envs/stardist.yaml"
+        params:
+            spec=canonical(config["experiments"].get("stardist", {})),
+        script:
+            "../scripts/stardist_model.py"
+
+else:
+
+    rule train_stardist:
+        input:
+            split="results/data/{dataset}/split.csv",
+            gt="results/data/{dataset}/gt",
+        output:
+            "results/stardist/{dataset}/model.json",
+        log:
+            "results/logs/stardist/{dataset}_model.log",
+        benchmark:
+            "results/benchmarks/stardist_model/{dataset}.tsv"
+        conda:
+            "../../envs/stardist.yaml"
+        params:
+            spec=canonical(config["experiments"].get("stardist", {})),
+            seed=config["seed"],
+        script:
+            "../scripts/stardist_model.py"
 
 
 rule stardist_ap:

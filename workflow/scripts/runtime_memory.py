@@ -17,4 +17,4 @@ frame = load_bench_results(sm.input)
 write_csv(sm.output.table, frame)
 print(frame.to_string(), flush=True)
 forward = frame[frame["kind"] == "forward"]
-runtime_memory(forward, sm.output.figure, title="Forward pass, batch 1: throughput and peak memory vs image size (files: " + ", ".join(sorted(set(frame["file"]))) + ")")
+runtime_memory(forward, sm.output.figure, title="Recorded forward-pass benchmarks, batch 1: throughput and peak memory vs image size (files: " + ", ".join(sorted(set(forward["file"]))) + ")")

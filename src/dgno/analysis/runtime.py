@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-COLUMNS = ["file", "device", "kind", "model", "scale", "size", "batch", "amp_bf16", "images_per_second", "peak_memory_mb", "memory"]
+COLUMNS = ["file", "device", "kind", "model", "scale", "size", "batch", "amp_bf16", "images_per_second", "peak_memory_mb", "memory", "commit", "recorded_utc", "problem"]
 
 
 def _memory_kind(device: str) -> str:
@@ -33,6 +33,12 @@ def _memory_kind(device: str) -> str:
 def _model_label(r: dict) -> str:
     backend = r.get("scan_backend")
     return f"{r['model']} [scan: {backend}]" if backend else str(r["model"])
+
+
+def _origin(record: dict) -> dict[str, str]:
+    """commit and time a result was recorded with (its own provenance, else the file's), "unknown" if not stated."""
+    prov = record.get("provenance", record)
+    return {"commit": str(prov.get("git_commit") or "unknown"), "recorded_utc": str(prov.get("time_utc") or "unknown")}
 
 
 def _bench_rows(path: Path, blob: dict) -> list[dict]:
@@ -56,6 +62,7 @@ def _bench_rows(path: Path, blob: dict) -> list[dict]:
                 "images_per_second": float(ips),
                 "peak_memory_mb": r.get("peak_memory_mb"),
                 "memory": _memory_kind(device),
+                **_origin(r if "provenance" in r else blob),
             }
         )
     return rows
@@ -77,6 +84,7 @@ def _models_rows(path: Path, blob: dict) -> list[dict]:
             "images_per_second": 1.0 / m["forward_s"],
             "peak_memory_mb": m.get("peak_rss_mb"),
             "memory": _memory_kind(device),
+            **_origin(blob),
         }
         for name, m in blob["models"].items()
         if m.get("forward_s")
@@ -98,27 +106,34 @@ def _backend_rows(path: Path, blob: dict) -> list[dict]:
             "images_per_second": float(r["images_per_second"]),
             "peak_memory_mb": r.get("peak_memory_mb"),
             "memory": _memory_kind(device),
+            **_origin(blob),
         }
         for r in blob["forward"]
     ]
-    return forward + _bench_rows(path, {"results": blob.get("train", [])})
+    return forward + _bench_rows(path, {"results": blob.get("train", []), **_origin(blob)})
 
 
 def load_bench_results(paths: Iterable[str | Path]) -> pd.DataFrame:
-    """All benchmark rows of the given JSON files; files of neither layout are skipped with a message."""
+    """All benchmark rows of the given JSON files.
+
+    A file that cannot be read, or holds a runtime layout with missing fields, is not dropped: it gets a
+    row of kind "unreadable" whose ``problem`` says why, and the report lists it.  Files of other
+    benchmarks (scan, ring, sigma blur, ... : no throughput per image size) get kind "other".
+    """
     rows: list[dict] = []
     for p in sorted(Path(x) for x in paths):
         try:
             blob = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            print(f"{p}: skipped, not readable JSON ({exc})")
-            continue
-        if isinstance(blob, dict) and isinstance(blob.get("results"), list):
-            rows += _bench_rows(p, blob)
-        elif isinstance(blob, dict) and isinstance(blob.get("models"), dict):
-            rows += _models_rows(p, blob)
-        elif isinstance(blob, dict) and isinstance(blob.get("forward"), list) and "scan_backends" in blob:
-            rows += _backend_rows(p, blob)
-        else:
-            print(f"{p}: skipped, not a 'dgno bench', bench_models.py or bench_gpu_backends.py layout")
+            if isinstance(blob, dict) and isinstance(blob.get("results"), list):
+                rows += _bench_rows(p, blob)
+            elif isinstance(blob, dict) and isinstance(blob.get("models"), dict):
+                rows += _models_rows(p, blob)
+            elif isinstance(blob, dict) and isinstance(blob.get("forward"), list) and "scan_backends" in blob:
+                rows += _backend_rows(p, blob)
+            else:
+                rows.append({"file": p.name, "kind": "other", "problem": "not a runtime/memory layout (another benchmark)"})
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
+            problem = f"{type(exc).__name__}: {exc}"
+            print(f"{p}: not read ({problem})", flush=True)
+            rows.append({"file": p.name, "kind": "unreadable", "problem": problem})
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -82,12 +82,21 @@ def _apply_overrides(spec: dict[str, Any], overrides: Mapping[str, Any]) -> dict
     return spec
 
 
+def resolved_spec(name: str, scale: str = "demo", **overrides: Any) -> dict[str, Any]:
+    """The constructor kwargs ``build_model(name, scale, **overrides)`` would use (without building).
+
+    Two (name, overrides) pairs with equal resolved specs build the same network: an ablation grid
+    point that repeats a configured method's settings can reuse its training.
+    """
+    return _apply_overrides(model_spec(name, scale), overrides)
+
+
 def build_model(name: str, scale: str = "demo", in_channels: int = 1, **overrides: Any) -> nn.Module:
     """``factory(**model_spec(name, scale) | overrides, in_channels=in_channels)``.
 
     Unknown names, scales and override keys raise ``ValueError`` listing the allowed ones.
     """
-    spec = _apply_overrides(model_spec(name, scale), overrides)
+    spec = resolved_spec(name, scale, **overrides)
     spec["in_channels"] = in_channels
     return _entry(name).factory(**spec)
 

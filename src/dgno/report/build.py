@@ -21,7 +21,7 @@ from dgno.report.render import (
     metric_table,
     render,
 )
-from dgno.report.tables import collect_summaries, paper_key
+from dgno.report.tables import collect_summaries, paper_key, paper_row
 
 
 @dataclass
@@ -102,7 +102,7 @@ def cost_table(results: Path, methods: list[str], method_cfgs: dict[str, dict], 
     for method in methods:
         cfg = method_cfgs[method]
         key = paper_key(cfg, method)
-        prow = paper_rows.get(key, {})
+        prow = paper_row(paper_rows, cfg, method)
         published = published_params(key)
         cells = []
         for group, metric in table.columns:
@@ -193,9 +193,9 @@ def operators_section(config: dict, summaries: pd.DataFrame, results: Path) -> S
     for m in methods:
         if gg and mcfg[m]["model"].startswith("dgno"):
             pg = None
-            pk, gk = paper_key(mcfg[m], m), paper_key(mcfg[gg], gg)
-            if pk in prows and gk in prows and prows[pk].get("psnr") is not None:
-                pg = prows[pk]["psnr"] - prows[gk]["psnr"]
+            pm, pgg = paper_row(prows, mcfg[m], m), paper_row(prows, mcfg[gg], gg)
+            if pm.get("psnr") is not None and pgg.get("psnr") is not None:
+                pg = pm["psnr"] - pgg["psnr"]
             v = gain_verdict(summaries, ds, m, gg, labels, pg, levels[ds])
             if v:
                 sec.verdicts.append(v)
@@ -204,10 +204,18 @@ def operators_section(config: dict, summaries: pd.DataFrame, results: Path) -> S
         metric_table(summaries, datasets=[ds], methods=methods, method_cfgs=mcfg, levels=levels, metrics=["psnr", "ssim", "lpips"], paper_rows=prows)
     )
     if extra:
+        gains, paper_gains = edge_band_gains(extra, ds, methods, mcfg, gg)
         t = metric_table(
-            summaries, datasets=[ds], methods=methods, method_cfgs=mcfg, levels=levels, metrics=["psnr_edge", "psnr_interior"], paper_rows=None, extra=extra
+            summaries,
+            datasets=[ds],
+            methods=methods,
+            method_cfgs=mcfg,
+            levels=levels,
+            metrics=["psnr_edge", "psnr_interior", "psnr_edge_gain", "psnr_interior_gain"],
+            paper_rows=paper_gains,
+            extra={**extra, **gains},
         )
-        t.caption = edge_band_caption(results)
+        t.caption = edge_band_caption(results) + " Gains: each DG variant minus GG on the same pixels; the paper's gains (+0.49 / +0.77 dB, DG variant not stated) below the measured ones."
         sec.tables.append(t)
     cost = cost_table(results, methods, mcfg, prows)
     if cost is not None:
@@ -350,12 +358,17 @@ def stardist_section(config: dict, results: Path) -> Section:
     sec = Section(id="stardist", title="StarDist downstream check", paper_source=paper.get("source", ""))
     path = results / "tables" / f"stardist_{ds}.csv"
     metrics = ["ap50", "ap70", "ap90", "map"]
+    model_json = results / "stardist" / ds / "model.json"
+    record = json.loads(model_json.read_text()) if model_json.exists() else {}
+    chosen = record.get("kind") or {"pretrained": "pretrained", "train": "trained here"}[spec["model"]]
+    # the segmentation model is named in the table's header: a StarDist trained here is not the published one
     table = Table(columns=[(ds, m) for m in metrics])
+    table.title = f"Segmentation by StarDist {'2D_versatile_fluo (published)' if chosen == 'pretrained' else 'trained here on ' + ds + ' (not the published model)'}"
     labels = {m: config["methods"][m].get("label", m) for m in spec["methods"]}
     frame = pd.read_csv(path) if path.exists() else None
-    keys = {"blurred": "blur", "sharp": "sharp", **{m: paper_key(config["methods"][m], m) for m in spec["methods"]}}
+    cond_cfg = {"blurred": {"model": "blur"}, "sharp": {"model": "sharp"}, **{m: config["methods"][m] for m in spec["methods"]}}
     for cond in ["blurred", *spec["methods"], "sharp"]:
-        prow = paper.get("rows", {}).get(keys[cond], {})
+        prow = paper_row(paper.get("rows", {}), cond_cfg[cond], cond)
         row = frame[frame["condition"] == cond] if frame is not None else None
         cells = []
         for m in metrics:
@@ -368,8 +381,28 @@ def stardist_section(config: dict, results: Path) -> Section:
     sec.tables.append(table)
     if frame is not None and "model" in frame:
         sec.notes.append(f"StarDist model: {frame['model'].iloc[0]}. Ground truth: the dataset's instance label masks ({ds}, level {spec['level']}).")
-    sec.notes.append("AP = TP/(TP+FP+FN) at IoU 0.5 / 0.7 / 0.9 (stardist.matching); mean AP = mean of the three.")
+    sec.notes.append("Measured: AP = TP/(TP+FP+FN) at IoU 0.5 / 0.7 / 0.9 (stardist.matching); mean AP = mean of the three.")
+    off = stardist_mean_mismatches(paper.get("rows", {}))
+    if off:
+        sec.notes.append(
+            "The paper's 'Mean AP' is shown as printed; for some rows it is not the mean of its three APs: "
+            + "; ".join(f"{label} prints {printed:.4f}, mean of its APs {mean:.4f}" for label, printed, mean in off)
+            + "."
+        )
     return sec
+
+
+def stardist_mean_mismatches(rows: dict[str, dict]) -> list[tuple[str, float, float]]:
+    """(label, printed Mean AP, mean of the printed APs) for paper rows where the two differ by more than rounding."""
+    out = []
+    for key, row in rows.items():
+        aps = [row.get(k) for k in ("ap50", "ap70", "ap90")]
+        if row.get("map") is None or any(a is None for a in aps):
+            continue
+        mean = sum(aps) / 3
+        if abs(mean - row["map"]) > 1e-4:  # 4 printed decimals: the APs and the mean each round by up to 5e-5
+            out.append((row.get("label", key), float(row["map"]), mean))
+    return out
 
 
 def _psnr_of(summaries: pd.DataFrame, dataset: str, method: str, levels: list[str], metric: str = "psnr") -> tuple[float | None, str | None]:
@@ -401,7 +434,11 @@ def ablation_section(name: str, config: dict, summaries: pd.DataFrame) -> Sectio
         "element_size_T": "Ablation: element size × number of operator layers T",
     }
     sec = Section(id=f"ablation_{name}", title=titles.get(name, name), paper_source=paper.get("source", ""))
-    sec.notes.append(f"Dataset {ds}; PSNR (dB) averaged over test levels {', '.join(levels)}. Results: results/tables/ablation_{name}.csv.")
+    sec.notes.append(
+        f"Dataset {ds}; PSNR (dB) averaged over test levels {', '.join(levels)}. Results: results/tables/ablation_{name}.csv. "
+        "A grid point whose settings are those of a configured method (e.g. DGNO-Face's avg_jump + Dirichlet, learnable τ) "
+        "is that method's trained model, trained once and scored under both names, as the paper's tables do."
+    )
     by = {tuple((k, v) for k, v in r.items() if k not in ("method", "dataset")): r["method"] for r in runs}
 
     def cell(method: str, paper_value, metric: str = "psnr") -> Cell:
@@ -457,7 +494,7 @@ def table_levels(config: dict, dataset: str) -> list[str]:
     return seen or ds["test_levels"]
 
 
-def main_section(config: dict, summaries: pd.DataFrame) -> Section:
+def main_section(config: dict, summaries: pd.DataFrame, results: Path) -> Section:
     """Table 1: every method on every main dataset; our datasets map to the paper's columns by paper_column."""
     exp = config["experiments"]["main"]
     paper = load_paper("main")
@@ -472,6 +509,12 @@ def main_section(config: dict, summaries: pd.DataFrame) -> Section:
         sec.notes.append(
             f"PSNR of {', '.join(rgb)}: the authors' protocol (restored and sharp images ×255 truncated to uint8, BT.601 luma, "
             "PSNR with data range 255), which the paper's column was computed with; the float RGB PSNR is in each summary.json (psnr)."
+        )
+    renamed = [m for m in exp["methods"] if "efcr" in config["methods"][m].get("paper_key", "")]
+    for m in renamed:
+        sec.notes.append(
+            f"{config['methods'][m].get('label', m)}: measured without EFCR (not part of the released MPT code this pipeline follows); "
+            "its paper row in Table 1 is MPT+EFCR, so the difference includes EFCR's contribution."
         )
     official = [m for m in exp["methods"] if "official" in config["methods"].get(m, {})]
     if official:
@@ -493,6 +536,8 @@ def main_section(config: dict, summaries: pd.DataFrame) -> Section:
             extra=luma or None,
         )
     )
+    for ds in dss:  # one visual comparison per column of the table (w1, w2, 3DHistech at paper scale)
+        sec.figures.append(figure(results, f"figures/visual_{ds}.png", f"Visual comparison on {ds}"))
     return sec
 
 
@@ -542,7 +587,7 @@ def defocus_section(config: dict, summaries: pd.DataFrame) -> Section:
         table = Table(columns=[(ds, lvl) for lvl in exp["levels"]])
         for method in ["input", *exp["methods"]]:
             cfg = config["methods"].get(method, {"model": "blur", "label": "Blurred input"})
-            prow = paper.get("rows", {}).get(paper_key(cfg, method), {})
+            prow = paper_row(paper.get("rows", {}), cfg, method)
             cells = []
             for _, lvl in table.columns:
                 measured, command = _psnr_of(summaries, ds, method, [lvl])
@@ -606,6 +651,24 @@ def real_defocus_section(name: str, config: dict, summaries: pd.DataFrame) -> Se
     return sec
 
 
+def edge_band_gains(
+    band: dict[tuple[str, str, str], float], dataset: str, methods: list[str], method_cfgs: dict[str, dict], gg: str | None
+) -> tuple[dict[tuple[str, str, str], float], dict[str, dict]]:
+    """(measured DG − GG edge/interior gains keyed like ``band``, the paper's gains as rows per DG method)."""
+    paper = load_paper("edge_band").get("rows", {}).get("dg_minus_gg", {})
+    gains: dict[tuple[str, str, str], float] = {}
+    paper_rows: dict[str, dict] = {}
+    for m in methods:
+        if not method_cfgs[m]["model"].startswith("dgno"):
+            continue
+        paper_rows[paper_key(method_cfgs[m], m)] = {k: paper.get(k) for k in ("psnr_edge_gain", "psnr_interior_gain")}
+        for region in ("edge", "interior"):
+            mine, base = band.get((m, dataset, f"psnr_{region}")), band.get((gg, dataset, f"psnr_{region}"))
+            if gg and mine is not None and base is not None:
+                gains[(m, dataset, f"psnr_{region}_gain")] = mine - base
+    return gains, paper_rows
+
+
 def edge_band_caption(results: Path) -> str:
     note = results / "tables" / "edge_band_definition.txt"
     return note.read_text().strip() if note.exists() else "Edge band: see dgno.metrics.edge_band_mask."
@@ -641,8 +704,8 @@ def synthetic_section(config: dict, summaries: pd.DataFrame, results: Path) -> S
         for m in methods:
             if gg and mcfg[m]["model"].startswith("dgno"):
                 pg = None
-                pr = paper_rows.get(paper_key(mcfg[m], m), {}).get(dataset_key.get(ds, ""), {})
-                pgg = paper_rows.get(paper_key(mcfg[gg], gg), {}).get(dataset_key.get(ds, ""), {})
+                pr = paper_row(paper_rows, mcfg[m], m).get(dataset_key.get(ds, ""), {})
+                pgg = paper_row(paper_rows, mcfg[gg], gg).get(dataset_key.get(ds, ""), {})
                 if pr.get("psnr") is not None and pgg.get("psnr") is not None:
                     pg = pr["psnr"] - pgg["psnr"]
                 v = gain_verdict(summaries, ds, m, gg, labels, pg, levels[ds])
@@ -790,9 +853,16 @@ def runtime_section(results: Path) -> tuple[Section, bool]:
     path = results / "tables" / "runtime_memory.csv"
     frame = pd.read_csv(path) if path.exists() else pd.DataFrame()
     forward = frame[frame["kind"] == "forward"] if not frame.empty else frame
+    unread = frame[frame["kind"] == "unreadable"] if not frame.empty else frame
+    if not unread.empty:
+        sec.notes.append("Benchmark files that could not be read (not shown): " + "; ".join(f"benchmarks/results/{r.file}: {r.problem}" for r in unread.itertuples()) + ".")
     if forward.empty:
         sec.notes.append(f"Not run: no benchmark results. Commands: {BENCH_COMMAND}")
         return sec, False
+    sec.notes.append(
+        "These are recorded benchmarks: files in benchmarks/results/ measured by earlier commands on the machine each names, "
+        "not measured by this run of the workflow. Each table says which file, commit, device and date."
+    )
     prows = paper.get("rows", {})
     for (file, device), sub in forward.groupby(["file", "device"], sort=False):
         sizes = sorted(sub["size"].unique())
@@ -813,8 +883,11 @@ def runtime_section(results: Path) -> tuple[Section, bool]:
                     mb = g.loc[size, "peak_memory_mb"]
                     cells.append(Cell(measured=None if pd.isna(mb) else float(mb) / 1024, paper=pcell.get("mem_gb"), digits=2))
             table.rows.append((f"{model} ({g['scale'].iloc[0]} scale)", cells))
+        commits = sorted({str(c) for c in sub.get("commit", pd.Series(["unknown"])).fillna("unknown")})
+        dates = sorted({str(d)[:10] for d in sub.get("recorded_utc", pd.Series(["unknown"])).fillna("unknown")})
         table.caption = (
-            f"File benchmarks/results/{file}; device {device}; batch 1, forward pass without autograd; peak memory = {sub['memory'].iloc[0]}."
+            f"Recorded benchmark (not measured in this run): file benchmarks/results/{file}, commit {', '.join(commits)}, device {device}, "
+            f"recorded {', '.join(dates)}; batch 1, forward pass without autograd; peak memory = {sub['memory'].iloc[0]}."
             + (" Paper values (GB / img/s, GPU and precision not stated in the paper) are shown below the measured ones." if gpu else "")
         )
         sec.tables.append(table)
@@ -863,7 +936,7 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
     summaries = collect_summaries(sorted((results / "eval").rglob("summary.json")))
     sections = [protocol_section(config)]
     if "main" in config["experiments"]:
-        sections.append(main_section(config, summaries))
+        sections.append(main_section(config, summaries, results))
     if "operators" in config["experiments"]:
         sections.append(operators_section(config, summaries, results))
     if "lam" in config["experiments"]:
@@ -899,6 +972,7 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
         {
             "title": title,
             "section": (f"ablation_{key}" if key in config.get("ablation_runs", {}) else key) if key in covered else None,
+            "status": "recorded benchmarks (not measured in this run)" if key == "runtime_memory" else None,
             "reason": "no benchmark results: " + BENCH_COMMAND if key == "runtime_memory" else "not part of this configuration; config/paper.yaml runs it: snakemake --profile slurm all" if key in ("main", "lifting", "defocus", "operators", "synthetic", "synthetic_bbbc006", "nonblind", "stardist", "flux_boundary", "penalty", "element_size_T", "dpdd", "realdof", "lam") else "not yet implemented by this version of the pipeline",
         }
         for key, title in CATALOGUE

@@ -19,7 +19,7 @@ import pandas as pd
 
 from dgno import provenance
 from dgno.io import atomic_path
-from dgno.report.tables import HIGHER_IS_BETTER, load_paper_values, paper_key
+from dgno.report.tables import HIGHER_IS_BETTER, load_paper_values, paper_row
 
 TEMPLATE_DIR = Path(__file__).with_name("templates")
 METRIC_LABELS = {
@@ -31,10 +31,12 @@ METRIC_LABELS = {
     "gmacs": "GMACs",
     "psnr_edge": "edge-band PSNR ↑",
     "psnr_interior": "interior PSNR ↑",
+    "psnr_edge_gain": "edge-band gain over GG (dB)",
+    "psnr_interior_gain": "interior gain over GG (dB)",
     "di": "diffusion index DI",
     "r50_px": "r₅₀ (px)",
 }
-DIGITS = {"psnr": 2, "ssim": 3, "lpips": 3, "params_m": 2, "gflops": 2, "gmacs": 2, "psnr_edge": 2, "psnr_interior": 2}
+DIGITS = {"psnr": 2, "ssim": 3, "lpips": 3, "params_m": 2, "gflops": 2, "gmacs": 2, "psnr_edge": 2, "psnr_interior": 2, "psnr_edge_gain": 2, "psnr_interior_gain": 2}
 
 # The paper's experiment catalogue (DESIGN.md) and where this pipeline stands on each entry.
 CATALOGUE = [
@@ -76,6 +78,7 @@ class Table:
     columns: list[tuple[str, str]]  # (group label, metric key)
     rows: list[tuple[str, list[Cell]]] = field(default_factory=list)
     caption: str = ""
+    title: str = ""  # a header row over the whole table (e.g. which StarDist model segmented)
 
 
 def _num(x: Any) -> float | None:
@@ -141,7 +144,7 @@ def metric_table(
                 measured = _num(sub[metric].mean())
             paper = None
             if paper_rows is not None:
-                prow = paper_rows.get(paper_key(cfg, method), {})
+                prow = paper_row(paper_rows, cfg, method)
                 if paper_dataset_key is not None:
                     prow = prow.get(paper_dataset_key.get(ds, ds), {}) if isinstance(prow, dict) else {}
                 paper = _num(prow.get(metric)) if isinstance(prow, dict) else None

@@ -31,6 +31,19 @@ def paper_key(method_cfg: dict[str, Any], method: str) -> str:
     return method_cfg.get("paper_key") or method_cfg.get("model", method).replace("-", "_")
 
 
+def paper_row(rows: dict[str, Any], method_cfg: dict[str, Any], method: str) -> dict[str, Any]:
+    """The paper's row of a method in one table: under its paper_key, else under its model's name.
+
+    Tables name one method differently (MPT is "MPT+EFCR" = mpt_efcr in Table 1 and StarDist, "MPT" = mpt
+    in the lifting, defocus and DPDD tables): a method configured with paper_key mpt_efcr must still find
+    its row in the tables that call it mpt, not silently lose its paper values there.
+    """
+    for key in (paper_key(method_cfg, method), method_cfg.get("model", method).replace("-", "_")):
+        if isinstance(rows.get(key), dict):
+            return rows[key]
+    return {}
+
+
 def collect_summaries(paths: Iterable[str | Path]) -> pd.DataFrame:
     """One row per summary.json: dataset, method, level, n_images, metrics and the LPIPS weight source."""
     rows = []
