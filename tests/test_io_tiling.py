@@ -123,3 +123,24 @@ def test_crossfade_is_the_authors_tiling():
     torch.testing.assert_close(tiled_apply(lambda t: 2 * t, x, tile=512, overlap=32, blend="crossfade"), 2 * x)
     with pytest.raises(ValueError, match=r"unknown blend 'fade'"):
         tiled_apply(lambda t: t, x, tile=512, blend="fade")
+
+
+def test_atomic_dir_replaces_only_on_success(tmp_path):
+    from dgno.io import atomic_dir
+
+    target = tmp_path / "data"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_dir(target) as tmp:
+            (tmp / "half.txt").write_text("half")
+            raise RuntimeError("interrupted")
+    assert sorted(p.name for p in target.iterdir()) == ["old.txt"]  # untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]  # no temporary folder left
+    with atomic_dir(target) as tmp:
+        (tmp / "new.txt").write_text("new")
+        assert sorted(p.name for p in target.iterdir()) == ["old.txt"]  # readers see the old folder until the end
+    assert sorted(p.name for p in target.iterdir()) == ["new.txt"] and sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+    with atomic_dir(tmp_path / "a" / "b") as tmp:  # parents are created
+        (tmp / "x").write_text("x")
+    assert (tmp_path / "a" / "b" / "x").exists()

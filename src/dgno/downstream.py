@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from dgno.data.paired import dataset_normalisation, dihedral, read_split
-from dgno.io import InputError, read_image, read_raw_image, write_csv, write_json
+from dgno.io import InputError, read_image, read_raw_image, replace_dir, write_csv, write_json
 
 THRESHOLDS = (0.5, 0.7, 0.9)
 INSTALL_HINT = "pip install -r requirements-stardist.txt"
@@ -321,9 +321,7 @@ def train_stardist(
             "train_seconds": round(time.perf_counter() - start, 1),
         }
         write_json(tmp / MODEL_INFO, info)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
+        replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         log_path.unlink(missing_ok=True)

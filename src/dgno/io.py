@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,6 +138,45 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def replace_dir(tmp: Path, target: Path) -> None:
+    """Rename the finished folder `tmp` onto `target`, swapping out an existing `target`.
+
+    Two renames on one file system: the old folder is moved aside first, so a crash leaves either
+    the old or the new complete folder at `target`, never a mixture.
+    """
+    if target.exists():
+        old = target.parent / f".{target.name}.old-{os.getpid()}"
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(target, old)
+        os.replace(tmp, target)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, target)
+
+
+@contextlib.contextmanager
+def atomic_dir(target: str | Path) -> Iterator[Path]:
+    """Yield a fresh empty folder beside `target`; it replaces `target` only if the block succeeds.
+
+    Results folders (prepared datasets, blur levels, restored images) are read by later rules that
+    must never see half of one: the folder is filled under a temporary name and renamed into place
+    (``replace_dir``); on any error, interruption included, the temporary folder is deleted and
+    `target` is left as it was.
+    """
+    target = Path(target)
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    replace_dir(tmp, target)
 
 
 def write_json(path: str | Path, obj: Any) -> None:

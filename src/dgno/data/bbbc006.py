@@ -39,8 +39,8 @@ import tifffile
 from tqdm import tqdm
 
 import dgno
-from dgno.data.download import fetch_zip, replace_dir, sha256_file, unpack_zip
-from dgno.io import InputError, read_json, read_raw_image, write_json
+from dgno.data.download import fetch_zip, sha256_file, unpack_zip
+from dgno.io import InputError, atomic_dir, read_json, read_raw_image, write_json
 
 BASE_URL = "https://data.broadinstitute.org/bbbc/BBBC006/"
 N_PLANES = 34  # z00 .. z33
@@ -422,7 +422,7 @@ def prepare_dataset(
 
     Files are validated (every image decodes as 2-D uint16, blur planes and masks have the GT's
     shape) and hard-linked or copied unchanged: the 16-bit originals are what the paper normalises
-    per image at read time. Built in ``<out_dir>.tmp-<pid>`` and renamed into place, so an
+    per image at read time. Built in a temporary folder and renamed into place (``atomic_dir``), so an
     interrupted run leaves no complete-looking dataset. An existing out_dir is replaced only if it
     is a dataset (has manifest.json) or empty.
     """
@@ -446,11 +446,8 @@ def prepare_dataset(
                 f"Fix: unpack {LABELS_ARCHIVE} again, or pass labels=False"
             )
 
-    tmp = out_dir.parent / f"{out_dir.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
     shape = None
-    try:
+    with atomic_dir(out_dir) as tmp:
         for sub in ["gt", *(f"blur/{level_name(z)}" for z in blur_planes), *(["labels"] if labels else [])]:
             (tmp / sub).mkdir(parents=True)
         rows = []
@@ -481,10 +478,6 @@ def prepare_dataset(
             sources[LABELS_ARCHIVE] = _source_record(raw_root, LABELS_ARCHIVE, labels_url())
         manifest = _manifest(channel, seed, gt_plane, train_planes, extra_planes, test_fraction, n_val_wells, split, rows, shape, labels, sources)
         write_json(tmp / "manifest.json", manifest)
-        replace_dir(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 

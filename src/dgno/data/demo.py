@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 import dgno
 from dgno.data import synth
+from dgno.io import atomic_dir
 from dgno.optics.sigma_blur import MAX_ERROR, TRUNCATE, random_sigma_map, sigma_blur
 
 Kind = Literal["nuclei", "shapes"]
@@ -189,35 +190,21 @@ def write_blur_level(
     kind, seeds = manifest["kind"], manifest["image_seeds"]
     _validate(kind, manifest["size"], 1, 0, {level: list(sigma_range)}, manifest["seed"], correlation_length)
     lo, hi = float(sigma_range[0]), float(sigma_range[1])
-    tmp = data_dir / f".tmp-{level}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
     key = _level_key(level)
-    try:
-        (tmp / "blur").mkdir(parents=True)
-        (tmp / "sigma").mkdir(parents=True)
+    # blur/<level> is renamed into place last (the outer block): its presence means the level is complete
+    with atomic_dir(data_dir / "blur" / level) as blur_dir, atomic_dir(data_dir / "sigma" / level) as sigma_dir:
         for ident, s in tqdm(seeds.items(), desc=f"blur {data_dir.name}/{level}", disable=not progress):
             clean = tifffile.imread(data_dir / ("clean" if kind == "nuclei" else "gt") / f"{ident}.tif").astype(np.float32)
             sigma = random_sigma_map(clean.shape, (lo, hi), seed=_stream(s, _STREAM_SIGMA, key), correlation_length=correlation_length)
             blurred = sigma_blur(clean, sigma)
             if kind == "nuclei":
                 noisy = synth.add_camera_noise(blurred, seed=[s, _STREAM_BLUR_NOISE, key])
-                _write_tif(tmp / "blur" / f"{ident}.tif", to_uint16_full_range(noisy))
+                _write_tif(blur_dir / f"{ident}.tif", to_uint16_full_range(noisy))
             else:
-                _write_tif(tmp / "blur" / f"{ident}.tif", blurred)
-            _write_tif(tmp / "sigma" / f"{ident}.tif", sigma)
+                _write_tif(blur_dir / f"{ident}.tif", blurred)
+            _write_tif(sigma_dir / f"{ident}.tif", sigma)
         info = {"level": level, "sigma_range": [lo, hi], "correlation_length": correlation_length, **_blur_description()}
-        (tmp / "sigma" / "level.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-        for sub in ("sigma", "blur"):  # blur last: its presence means the level is complete
-            target = data_dir / sub / level
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.exists():
-                shutil.rmtree(target)
-            os.replace(tmp / sub, target)
-        shutil.rmtree(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        (sigma_dir / "level.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     return data_dir
 
 
@@ -243,10 +230,7 @@ def write_demo_dataset(
     out_dir = Path(out_dir)
     if out_dir.exists() and not (out_dir / "manifest.json").is_file():
         raise FileExistsError(f"{out_dir} exists and is not a dataset (no manifest.json); refusing to replace it")
-    tmp = out_dir.parent / f"{out_dir.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    try:
+    with atomic_dir(out_dir) as tmp:
         write_sharp_dataset(tmp, kind=kind, size=size, n_train=n_train, n_val=n_val, n_test=n_test, seed=seed, progress=progress)
         for name, rng in levels.items():
             write_blur_level(tmp, level=name, sigma_range=tuple(rng), correlation_length=correlation_length, progress=progress)
@@ -254,16 +238,6 @@ def write_demo_dataset(
         manifest["levels"] = {name: {"sigma_range": [float(r[0]), float(r[1])]} for name, r in levels.items()}
         manifest["sigma_map"]["correlation_length"] = correlation_length
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        if out_dir.exists():  # swap: old dataset aside, new one in, old one removed
-            old = out_dir.parent / f"{out_dir.name}.old-{os.getpid()}"
-            os.replace(out_dir, old)
-            os.replace(tmp, out_dir)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 

@@ -23,7 +23,6 @@ import http.client
 import logging
 import os
 import re
-import shutil
 import stat
 import time
 import urllib.error
@@ -36,7 +35,7 @@ from pathlib import Path, PurePosixPath
 from tqdm import tqdm
 
 import dgno
-from dgno.io import InputError
+from dgno.io import InputError, atomic_dir
 
 log = logging.getLogger(__name__)
 
@@ -295,23 +294,6 @@ def _check_member(info: zipfile.ZipInfo, archive: Path) -> None:
         )
 
 
-def replace_dir(tmp: Path, target: Path) -> None:
-    """Rename the finished folder `tmp` onto `target`, swapping out an existing `target`.
-
-    Two renames on one file system: the old folder is moved aside first, so a crash leaves either
-    the old or the new complete folder at `target`, never a mixture.
-    """
-    if target.exists():
-        old = target.parent / f".{target.name}.old-{os.getpid()}"
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(target, old)
-        os.replace(tmp, target)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, target)
-
-
 def unpack_zip(path: str | Path, out_dir: str | Path) -> Path:
     """Verify the zip at `path` and unpack it into `out_dir` (replacing it), atomically.
 
@@ -321,20 +303,11 @@ def unpack_zip(path: str | Path, out_dir: str | Path) -> Path:
     """
     path, out_dir = Path(path), Path(out_dir)
     verify_zip(path)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    try:
-        with zipfile.ZipFile(path) as zf:
-            for info in zf.infolist():
-                _check_member(info, path)
-            tmp.mkdir()
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            _check_member(info, path)
+        with atomic_dir(out_dir) as tmp:
             zf.extractall(tmp)
-        replace_dir(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 

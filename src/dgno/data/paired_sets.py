@@ -24,8 +24,6 @@ decodes PNGs with libpng), and the manifest records the dtype actually stored.
 from __future__ import annotations
 
 import csv
-import os
-import shutil
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -36,9 +34,9 @@ import tifffile
 from tqdm import tqdm
 
 import dgno
-from dgno.data.download import replace_dir, sha256_file
+from dgno.data.download import sha256_file
 from dgno.data.manual import LAYOUTS, PairedLayout, Report, _first_dir, _images, check_paired, download_or_instructions, find_layout_root
-from dgno.io import InputError, read_raw_image, write_json
+from dgno.io import InputError, atomic_dir, read_raw_image, write_json
 
 Source = Literal["3dhistech", "dpdd", "realdof"]
 SOURCES: tuple[str, ...] = ("3dhistech", "dpdd", "realdof")
@@ -175,10 +173,7 @@ def prepare(
     if out_dir.exists() and not (out_dir / "manifest.json").is_file() and any(out_dir.iterdir()):
         raise InputError(f"{out_dir}: exists and is not a dataset (no manifest.json). Fix: choose another output folder or empty it")
     pairs = collect_pairs(source, root, counts=counts, check_size=check_size)
-    tmp = out_dir.parent / f"{out_dir.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    try:
+    with atomic_dir(out_dir) as tmp:
         (tmp / "gt").mkdir(parents=True)
         (tmp / "blur" / LEVEL).mkdir(parents=True)
         kind: tuple[int, str] | None = None  # (channels, dtype) of the first image: all must match
@@ -199,10 +194,6 @@ def prepare(
             writer.writerow(["id", "split"])
             writer.writerows((ident, split) for ident, split, *_ in pairs)
         write_json(tmp / "manifest.json", _manifest(source, root, pairs, kind, sizes, check_size))
-        replace_dir(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 

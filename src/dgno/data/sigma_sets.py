@@ -22,7 +22,7 @@ import tifffile
 from tqdm import tqdm
 
 from dgno.data.paired import dataset_normalisation, read_split
-from dgno.io import read_image
+from dgno.io import atomic_dir, read_image
 from dgno.optics.sigma_blur import random_sigma_map, sigma_blur
 
 KIND = "sigma_map"
@@ -38,26 +38,15 @@ def _image_seed(seed: int, image_id: str, level: str) -> int:
     return int(np.random.SeedSequence(keys).generate_state(1)[0])
 
 
-def _move_into_place(tmp: Path, target: Path) -> None:
-    if target.exists():
-        shutil.rmtree(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp.rename(target)
-
-
 def copy_sharp(base_dir: str | Path, out_dir: str | Path, *, seed: int, progress: bool = True) -> Path:
     """Stage 1: ``out_dir/{split.csv, gt/, manifest.json}`` from the base dataset's sharp images and split."""
     base_dir, out_dir = Path(base_dir), Path(out_dir)
     norm = dataset_normalisation(base_dir)
     split = read_split(base_dir)
     ids = [i for ids in split.values() for i in ids]
-    tmp = out_dir / ".tmp-gt"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    for image_id in tqdm(ids, desc=f"sharp {out_dir.name}", disable=not progress):
-        _write_tif(tmp / f"{image_id}.tif", read_image(base_dir / "gt" / f"{image_id}.tif", normalise=norm))
-    _move_into_place(tmp, out_dir / "gt")
+    with atomic_dir(out_dir / "gt") as tmp:
+        for image_id in tqdm(ids, desc=f"sharp {out_dir.name}", disable=not progress):
+            _write_tif(tmp / f"{image_id}.tif", read_image(base_dir / "gt" / f"{image_id}.tif", normalise=norm))
     shutil.copyfile(base_dir / "split.csv", out_dir / "split.csv")
     manifest = {"kind": KIND, "base": base_dir.name, "base_normalise": norm, "normalise": "dtype", "seed": seed, "n_images": len(ids)}
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -76,18 +65,14 @@ def write_level(
     data_dir = Path(data_dir)
     manifest = json.loads((data_dir / "manifest.json").read_text())
     lo, hi = (float(v) for v in sigma_range)
-    tmp = {sub: data_dir / f".tmp-{sub}-{level}" for sub in ("sigma", "blur")}
-    for path in tmp.values():
-        if path.exists():
-            shutil.rmtree(path)
-        path.mkdir(parents=True)
-    for gt_path in tqdm(sorted((data_dir / "gt").glob("*.tif")), desc=f"blur {data_dir.name}/{level}", disable=not progress):
-        sharp = tifffile.imread(gt_path).astype(np.float32)
-        sigma = random_sigma_map(sharp.shape[:2], (lo, hi), seed=_image_seed(manifest["seed"], gt_path.stem, level), correlation_length=correlation_length)
-        _write_tif(tmp["sigma"] / gt_path.name, sigma)
-        _write_tif(tmp["blur"] / gt_path.name, np.clip(sigma_blur(sharp, sigma), 0.0, 1.0))
-    info = {"level": level, "sigma_range": [lo, hi], "correlation_length": correlation_length, "noise": "none", "blur": "dgno.optics.sigma_blur.sigma_blur"}
-    (tmp["sigma"] / "level.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-    for sub in ("sigma", "blur"):  # blur last: its presence means the level is complete
-        _move_into_place(tmp[sub], data_dir / sub / level)
+    # blur/<level> is renamed into place last (the outer block): its presence means the level is complete
+    with atomic_dir(data_dir / "blur" / level) as blur_dir, atomic_dir(data_dir / "sigma" / level) as sigma_dir:
+        for gt_path in tqdm(sorted((data_dir / "gt").glob("*.tif")), desc=f"blur {data_dir.name}/{level}", disable=not progress):
+            sharp = tifffile.imread(gt_path).astype(np.float32)
+            seed = _image_seed(manifest["seed"], gt_path.stem, level)
+            sigma = random_sigma_map(sharp.shape[:2], (lo, hi), seed=seed, correlation_length=correlation_length)
+            _write_tif(sigma_dir / gt_path.name, sigma)
+            _write_tif(blur_dir / gt_path.name, np.clip(sigma_blur(sharp, sigma), 0.0, 1.0))
+        info = {"level": level, "sigma_range": [lo, hi], "correlation_length": correlation_length, "noise": "none", "blur": "dgno.optics.sigma_blur.sigma_blur"}
+        (sigma_dir / "level.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     return data_dir / "blur" / level

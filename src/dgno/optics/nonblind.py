@@ -18,7 +18,6 @@ applied once), so the two are compared on one intensity scale.
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from collections.abc import Mapping
@@ -29,7 +28,7 @@ import numpy as np
 import torch
 
 from dgno.choices import check_choice
-from dgno.io import read_image, read_json, write_json, write_tiff
+from dgno.io import atomic_dir, read_image, read_json, write_json, write_tiff
 from dgno.optics.calibration import (
     FITTED_TERMS,
     detect_beads,
@@ -186,13 +185,6 @@ def _channels_last(arr: np.ndarray, ndim: int) -> np.ndarray:
     return arr[0] if ndim == 2 else np.moveaxis(arr, 0, -1)
 
 
-def _publish(tmp: Path, out_dir: Path) -> None:
-    """Replace out_dir by the finished tmp directory (rename: readers never see a half-written one)."""
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
-
-
 def blur_dataset(
     src_data_dir: str | Path,
     out_data_dir: str | Path,
@@ -205,7 +197,7 @@ def blur_dataset(
     """y = crop(A_ring · mirror_pad(x)) for every gt image x of `split`: a new dataset with level "seidel".
 
     src_data_dir: dataset in the CONVENTIONS layout (gt/, split.csv, optional labels/, manifest.json whose
-    ``normalise`` is honoured).  out_data_dir: written atomically (built in ``<out>.tmp-<pid>``).
+    ``normalise`` is honoured).  out_data_dir: written atomically (``dgno.io.atomic_dir``).
     coeffs_json: output of ``calibrate`` (fitted coefficients, field radius, q, PSF size).  split: which
     rows to blur (None: all).  max_images: first n of them.  device: torch device of the forward model.
     Writes gt/<id>.tif and blur/seidel/<id>.tif as float32 in [0, 1], labels/ (copied where present),
@@ -217,12 +209,9 @@ def blur_dataset(
     calib = read_json(coeffs_json)
     rows = _select_ids(src, split, max_images)
     normalise = dataset_normalisation(src)
-    tmp = out.parent / f"{out.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
     ops: dict[tuple[int, int], tuple[RingBlur, int]] = {}
     clipped = 0
-    try:
+    with atomic_dir(out) as tmp:
         for sub in ("gt", f"blur/{LEVEL}"):
             (tmp / sub).mkdir(parents=True)
         for ident, _ in rows:
@@ -270,10 +259,6 @@ def blur_dataset(
             "provenance": _provenance(),
         }
         write_json(tmp / "manifest.json", manifest)
-        _publish(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
@@ -306,13 +291,9 @@ def deconvolve_dataset(
     data_dir, out = Path(data_dir), Path(out_dir)
     calib = read_json(coeffs_json)
     rows = _select_ids(data_dir, split, max_images)
-    tmp = out.parent / f"{out.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
     ops: dict[tuple[int, int], tuple[RingBlur, int]] = {}
     seconds = 0.0
-    try:
-        tmp.mkdir(parents=True)
+    with atomic_dir(out) as tmp:
         for ident, _ in rows:
             y = read_image(data_dir / "blur" / level / f"{ident}.tif")  # (H, W[, C]) float32
             shape = y.shape[:2]
@@ -351,10 +332,6 @@ def deconvolve_dataset(
             "provenance": _provenance(),
         }
         write_json(tmp / "settings.json", settings)
-        _publish(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
