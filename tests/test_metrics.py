@@ -69,21 +69,46 @@ def test_edge_band_follows_its_definition():
         metrics.edge_band_mask(gt, band_width_px=-1)
 
 
-def test_region_psnr():
-    gt = _square(value=0.8)
-    pred = gt.copy()
-    band = metrics.edge_band_mask(gt, band_width_px=2)
-    pred[band] += 0.1  # errors only in the band
-    assert metrics.region_psnr(pred, gt, band) == pytest.approx(20.0, abs=1e-4)
-    assert metrics.region_psnr(pred, gt, ~band) == math.inf
-    assert metrics.region_psnr(pred, gt, np.ones_like(band)) == pytest.approx(metrics.psnr(pred, gt))
-    assert math.isnan(metrics.region_psnr(pred, gt, np.zeros_like(band)))
-    rgb_gt, rgb_pred = np.repeat(gt[..., None], 3, -1), np.repeat(pred[..., None], 3, -1)
-    assert metrics.region_psnr(rgb_pred, rgb_gt, band) == pytest.approx(20.0, abs=1e-4)
-    with pytest.raises(ValueError, match="dtype"):
-        metrics.region_psnr(pred, gt, band.astype(np.uint8))
-    with pytest.raises(ValueError, match="mask shape"):
-        metrics.region_psnr(pred, gt, band[:10])
+def test_edge_band_table_pools_errors_by_region(tmp_path):
+    """The report's edge-band numbers: errors only inside the band give edge PSNR = the band's and an
+    exact interior; pooled over images (summed squared errors), 'all' equals metrics.psnr on the pool."""
+    import tifffile
+
+    from dgno.edge_band import edge_band_table
+
+    data, evals = tmp_path / "data", tmp_path / "eval"
+    (data / "gt").mkdir(parents=True)
+    (data / "split.csv").write_text("id,split\na,test\nb,test\n")
+    gts, preds = [], []
+    for ident, err in (("a", 0.1), ("b", 0.2)):
+        gt = _square(value=0.8)
+        band = metrics.edge_band_mask(gt, band_width_px=2)
+        pred = gt.copy()
+        pred[band] += err  # errors only in the band
+        tifffile.imwrite(data / "gt" / f"{ident}.tif", gt)
+        for method, img in (("dg", pred), ("input", gt)):
+            (evals / method / "z" / "restored").mkdir(parents=True, exist_ok=True)
+            tifffile.imwrite(evals / method / "z" / "restored" / f"{ident}.tif", img)
+        gts.append(gt)
+        preds.append(pred)
+    table = edge_band_table(data_dir=data, eval_root=evals, level="z", methods=["dg", "input"], band_width_px=2).set_index(["method", "region"])
+    band_px = int(metrics.edge_band_mask(gts[0], band_width_px=2).sum())
+    assert table.loc[("dg", "edge"), "psnr"] == pytest.approx(-10 * math.log10((0.1**2 + 0.2**2) / 2), abs=1e-4)
+    assert table.loc[("dg", "interior"), "psnr"] == math.inf and table.loc[("input", "edge"), "psnr"] == math.inf
+    assert table.loc[("dg", "edge"), "pixels"] == 2 * band_px
+    pooled = metrics.psnr(np.concatenate(preds), np.concatenate(gts))
+    assert table.loc[("dg", "all"), "psnr"] == pytest.approx(pooled, abs=1e-6)
+
+
+def test_error_difference_figure_shows_the_metric_map(tmp_path):
+    from dgno.report.figures import error_difference
+
+    gt = np.full((16, 16), 0.5, np.float32)
+    pred_gg, pred_dg = gt + 0.2, gt.copy()
+    pred_dg[:8] += 0.3
+    shown = error_difference(gt=gt, blur=gt, pred_gg=pred_gg, pred_dg=pred_dg, band=gt > 1, out_png=tmp_path / "e.png", title="t")
+    np.testing.assert_array_equal(shown, metrics.error_difference_map(pred_gg, pred_dg, gt))
+    assert (tmp_path / "e.png").stat().st_size > 0
 
 
 def test_error_difference_map_sign():

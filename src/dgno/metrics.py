@@ -39,15 +39,15 @@ def _pair(pred: np.ndarray, gt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.clip(p, 0.0, 1.0), np.clip(g, 0.0, 1.0)
 
 
-def _psnr_from_mse(mse: float) -> float:
-    """10·log10(1 / MSE) for data range 1; +inf for a perfect prediction."""
+def psnr_from_mse(mse: float) -> float:
+    """10·log10(1 / MSE) for data range 1; +inf for a perfect prediction. Every PSNR of the package ends here."""
     return math.inf if mse == 0 else 10.0 * math.log10(1.0 / mse)
 
 
 def psnr(pred: np.ndarray, gt: np.ndarray) -> float:
     """PSNR in dB = 10·log10(1 / MSE) over all pixels and channels, data range 1, pred clipped to [0, 1]."""
     p, g = _pair(pred, gt)
-    return _psnr_from_mse(float(np.mean((p - g) ** 2)))
+    return psnr_from_mse(float(np.mean((p - g) ** 2)))
 
 
 def luma8(img: np.ndarray) -> np.ndarray:
@@ -70,9 +70,8 @@ def psnr_luma8(pred: np.ndarray, gt: np.ndarray) -> float:
     p, g = _pair(pred, gt)
     if p.ndim != 3 or p.shape[-1] != 3:
         raise ValueError(f"psnr_luma8 needs (H, W, 3) RGB images, got {p.shape}")
-    diff = luma8(p).astype(np.float64) - luma8(g).astype(np.float64)
-    mse = float(np.mean(diff**2))
-    return math.inf if mse == 0 else 10.0 * math.log10(255.0**2 / mse)
+    diff = (luma8(p).astype(np.float64) - luma8(g).astype(np.float64)) / 255.0  # 8-bit levels → data range 1
+    return psnr_from_mse(float(np.mean(diff**2)))
 
 
 def ssim(pred: np.ndarray, gt: np.ndarray) -> float:
@@ -139,23 +138,6 @@ def edge_band_mask(
         return np.zeros(g.shape, dtype=bool)
     distance = ndimage.distance_transform_edt(~edges)  # px to the nearest edge pixel
     return distance <= band_width_px
-
-
-def region_psnr(pred: np.ndarray, gt: np.ndarray, mask: np.ndarray) -> float:
-    """PSNR (data range 1, pred clipped) over the pixels where the (H, W) ``mask`` is True, all channels.
-
-    Returns NaN for an empty mask (e.g. an edge band of an image without edges) so that a mean over
-    images can skip it with ``np.nanmean`` instead of failing the whole evaluation.
-    """
-    p, g = _pair(pred, gt)
-    m = np.asarray(mask)
-    if m.dtype != bool:
-        raise ValueError(f"mask dtype {m.dtype} is not bool")
-    if m.shape != p.shape[:2]:
-        raise ValueError(f"mask shape {m.shape} != image spatial shape {p.shape[:2]}")
-    if not m.any():
-        return math.nan
-    return _psnr_from_mse(float(np.mean((p[m] - g[m]) ** 2)))
 
 
 def error_difference_map(pred_a: np.ndarray, pred_b: np.ndarray, gt: np.ndarray) -> np.ndarray:

@@ -104,17 +104,6 @@ def parse_name(filename: str | Path) -> tuple[str, int, str]:
     return m.group(1).lower(), int(m.group(2)), m.group(3).lower()
 
 
-def parse_label_name(filename: str | Path) -> tuple[str, int]:
-    """(well, site) of a BBBC006 label mask name ``mcf-z-stacks-03212011_<well>_s<site>.png``."""
-    m = LABEL_NAME_RE.match(Path(filename).name)
-    if m is None:
-        raise InputError(
-            f"{filename}: not a BBBC006 label name (expected {PREFIX}_<well>_s<site>.png). "
-            f"Fix: keep the file names of {LABELS_ARCHIVE} unchanged"
-        )
-    return m.group(1).lower(), int(m.group(2))
-
-
 def _check_plane(z: int) -> None:
     if not isinstance(z, (int, np.integer)) or not 0 <= int(z) < N_PLANES:
         raise ValueError(f"plane z={z!r}: BBBC006 has planes 0..{N_PLANES - 1}")

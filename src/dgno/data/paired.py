@@ -46,11 +46,6 @@ def dataset_normalisation(data_dir: str | Path) -> str:
     return "dtype"
 
 
-def dataset_levels(data_dir: str | Path) -> list[str]:
-    """Blur levels present in a dataset directory (sub-folders of ``blur/``)."""
-    return sorted(p.name for p in (Path(data_dir) / "blur").iterdir() if p.is_dir())
-
-
 @dataclass(frozen=True)
 class Pair:
     id: str

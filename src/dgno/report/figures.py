@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from dgno import metrics  # noqa: E402
 from dgno.data.paired import dataset_normalisation  # noqa: E402
 from dgno.io import atomic_path, read_image  # noqa: E402
 from dgno.metrics import psnr  # noqa: E402
@@ -142,9 +143,13 @@ def measured_vs_paper_bars(frame: pd.DataFrame, out_png: str | Path, *, metric: 
 
 def error_difference(
     *, gt: np.ndarray, blur: np.ndarray, pred_gg: np.ndarray, pred_dg: np.ndarray, band: np.ndarray, out_png: str | Path, title: str
-) -> None:
-    """The paper's residual figure: blurred, sharp, |e_GG| − |e_DG| (red = DG better) and the edge band."""
-    diff = np.abs(pred_gg - gt) - np.abs(pred_dg - gt)
+) -> np.ndarray:
+    """The paper's residual figure: blurred, sharp, |e_GG| − |e_DG| (red = DG better) and the edge band.
+
+    The map is :func:`dgno.metrics.error_difference_map` (predictions clipped as every metric clips
+    them); it is returned so its numbers can be checked against what the figure shows.
+    """
+    diff = metrics.error_difference_map(pred_gg, pred_dg, gt)
     lim = float(np.percentile(np.abs(diff), 99.5)) or 1e-3
     fig, axes = plt.subplots(1, 4, figsize=(11, 3.0))
     axes[0].imshow(blur, cmap="gray", vmin=0, vmax=1)
@@ -161,6 +166,7 @@ def error_difference(
         ax.set_yticks([])
     fig.suptitle(title, fontsize=9)
     save_figure(fig, out_png)
+    return diff
 
 
 def effective_rank_bars(frame: pd.DataFrame, out_png: str | Path, *, title: str) -> None:

@@ -18,7 +18,7 @@ from dgno.io import read_json
 
 PAPER_VALUES = Path(__file__).with_name("paper_values.yaml")
 METRICS = ("psnr", "ssim", "lpips")
-HIGHER_IS_BETTER = {"psnr": True, "ssim": True, "lpips": False, "psnr_edge": True, "psnr_interior": True}
+HIGHER_IS_BETTER = {"psnr": True, "ssim": True, "lpips": False, "psnr_edge": True, "psnr_interior": True, "psnr_edge_gain": True, "psnr_interior_gain": True}
 
 
 def load_paper_values(path: str | Path = PAPER_VALUES) -> dict[str, Any]:
@@ -72,11 +72,3 @@ def mean_over_levels(frame: pd.DataFrame) -> pd.DataFrame:
     out = frame.groupby(["dataset", "method"], sort=False).agg(agg).reset_index()
     out["levels"] = frame.groupby(["dataset", "method"], sort=False)["level"].apply(lambda s: "+".join(s)).values
     return out
-
-
-def best_mask(values: pd.Series, metric: str) -> pd.Series:
-    """True where a value is the best of its column (ties all marked; NaN never best)."""
-    if values.dropna().empty:
-        return pd.Series(False, index=values.index)
-    best = values.max() if HIGHER_IS_BETTER.get(metric, True) else values.min()
-    return values == best

@@ -20,13 +20,6 @@ from dgno.data.paired import dataset_normalisation, read_split
 from dgno.io import read_image
 
 
-def pooled_psnr(sq_err_sum: float, n: int) -> float:
-    """PSNR (data range 1) from a sum of squared errors over n pixels."""
-    if n == 0:
-        return float("nan")
-    return float(10 * np.log10(1.0 / max(sq_err_sum / n, 1e-12)))
-
-
 def edge_band_table(
     *,
     data_dir: str | Path,
@@ -43,17 +36,24 @@ def edge_band_table(
     data_dir, eval_root = Path(data_dir), Path(eval_root)
     norm = dataset_normalisation(data_dir)
     ids = read_split(data_dir)["test"]
-    acc = {(m, r): [0.0, 0] for m in methods for r in ("edge", "interior", "all")}
+    acc = {(m, r): [0.0, 0, 0] for m in methods for r in ("edge", "interior", "all")}  # squared error, values, pixels
     for image_id in ids:
         gt = read_image(data_dir / "gt" / f"{image_id}.tif", normalise=norm)
         band = metrics.edge_band_mask(gt, band_width_px=band_width_px)
+        channels = gt.shape[-1] if gt.ndim == 3 else 1
         for m in methods:
             pred = read_image(eval_root / m / level / "restored" / f"{image_id}.tif")
-            err = (np.clip(pred, 0, 1) - gt) ** 2
+            err = (np.clip(pred, 0, 1) - gt) ** 2  # as metrics.psnr scores: prediction clipped to [0, 1]
             for region, mask in (("edge", band), ("interior", ~band), ("all", np.ones_like(band))):
                 acc[(m, region)][0] += float(err[mask].sum())
-                acc[(m, region)][1] += int(mask.sum())
-    rows = [{"method": m, "region": r, "psnr": pooled_psnr(*acc[(m, r)]), "pixels": acc[(m, r)][1]} for (m, r) in acc]
+                acc[(m, region)][1] += int(mask.sum()) * channels
+                acc[(m, region)][2] += int(mask.sum())
+    # pooled over images: the mean squared error over all the region's values (every channel), one PSNR,
+    # so that "all" equals metrics.psnr over the pooled pixels; NaN for an empty region
+    rows = [
+        {"method": m, "region": r, "psnr": metrics.psnr_from_mse(sq / n) if n else float("nan"), "pixels": px}
+        for (m, r), (sq, n, px) in acc.items()
+    ]
     out = pd.DataFrame(rows)
     out.insert(0, "level", level)
     out.insert(0, "dataset", data_dir.name)
