@@ -131,10 +131,9 @@ def test_atomic_dir_replaces_only_on_success(tmp_path):
     target = tmp_path / "data"
     target.mkdir()
     (target / "old.txt").write_text("old")
-    with pytest.raises(RuntimeError):
-        with atomic_dir(target) as tmp:
-            (tmp / "half.txt").write_text("half")
-            raise RuntimeError("interrupted")
+    with pytest.raises(RuntimeError), atomic_dir(target) as tmp:
+        (tmp / "half.txt").write_text("half")
+        raise RuntimeError("interrupted")
     assert sorted(p.name for p in target.iterdir()) == ["old.txt"]  # untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]  # no temporary folder left
     with atomic_dir(target) as tmp:

@@ -247,7 +247,7 @@ def test_report_sections_compare_with_paper_or_say_how_to_run():
     import pandas as pd
 
     from dgno.config import load_config
-    from dgno.report.build import main_section, real_defocus_section
+    from dgno.report.results import main_section, real_defocus_section
 
     cfg = load_config(ROOT / "config" / "paper.yaml")
     summaries = pd.DataFrame(

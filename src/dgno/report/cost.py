@@ -1,0 +1,174 @@
+"""Report sections on cost: parameters / FLOPs (Fig. 1) and runtime / memory (recorded benchmarks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from dgno.report.render import (
+    Cell,
+    Table,
+    load_paper,
+)
+from dgno.report.section import Section, figure
+from dgno.report.tables import paper_key, paper_row
+
+
+def cost_table(results: Path, methods: list[str], method_cfgs: dict[str, dict], paper_rows: dict[str, dict]) -> Table | None:
+    """Parameters and FLOPs (256×256, 1 channel) of each method at the run's scale and at paper scale.
+
+    The paper-scale parameter cell shows, below the counted value, the count printed in the DGNO
+    paper (its GG/LG/DGNO table) or else in the baseline's original paper (paper_values.yaml,
+    `baseline_params`, each with its source); methods without a printed count show none.
+    """
+    from dgno.analysis.cost import published_params
+
+    path = results / "tables" / "model_summary.csv"
+    if not path.exists():
+        return None
+    df = pd.read_csv(path)
+    scales = list(dict.fromkeys(df["scale"]))
+    table = Table(columns=[(f"{s} scale", m) for s in scales for m in ("params_m", "gmacs")])
+    sources: dict[str, str] = {}
+    for method in methods:
+        cfg = method_cfgs[method]
+        key = paper_key(cfg, method)
+        prow = paper_row(paper_rows, cfg, method)
+        published = published_params(key)
+        cells = []
+        for group, metric in table.columns:
+            scale = group.split()[0]
+            sub = df[(df["method"] == method) & (df["scale"] == scale)]
+            measured = float(sub[metric].iloc[0]) if not sub.empty else None
+            paper = prow.get({"gmacs": "gflops"}.get(metric, metric)) if scale == "paper" else None
+            if scale == "paper" and metric == "params_m" and paper is None and published is not None:
+                paper = published["params_m"]
+                sources[cfg.get("label", method)] = published["source"]
+            command = None
+            if measured is None:  # left out by evaluate.paper_scale_cost, or the table predates the method
+                command = f"dgno summary {cfg['model']} --scale {scale} --size 256   (or list {method} in evaluate.paper_scale_cost)"
+            cells.append(Cell(measured=measured, paper=paper, digits=2, command=command))
+        table.rows.append((cfg.get("label", method), cells))
+    table.caption = (
+        "Parameters in millions and multiply-accumulates (GMACs = FLOPs/2, torch.utils.flop_counter) of one 256×256 forward pass, "
+        "1 input channel. The paper's column is headed 'FLOPs (G)'; its values match MAC counts, so they are compared with GMACs."
+    )
+    if sources:
+        table.caption += (
+            " Paper-scale parameters below a baseline's count are from that baseline's original paper (3-channel configuration; "
+            "not from the DGNO paper): " + "; ".join(f"{k}: {v}" for k, v in sources.items()) + "."
+        )
+    return table
+
+
+def cost_section(config: dict, results: Path) -> Section:
+    """Fig. 1 of the paper: PSNR vs parameters (left) and FLOPs vs resolution (right), with the cost table."""
+    mcfg = config["methods"]
+    ablated = {r["method"] for runs in config.get("ablation_runs", {}).values() for r in runs}
+    methods = [m for m in mcfg if m not in ablated]  # grid points cost what their base method costs
+    sec = Section(id="cost", title="Model cost: PSNR vs parameters, FLOPs vs resolution (Fig. 1)", paper_source=load_paper("params_flops").get("source", ""))
+    sec.notes.append(
+        "Parameters and FLOPs are counted here on the models this pipeline builds (1 input channel); the paper prints counts only "
+        "for DGNO/GG/LG, and baseline counts from the baselines' own papers are shown beside ours where they could be confirmed "
+        "(paper_values.yaml, baseline_params, with the source of each)."
+    )
+    cost = cost_table(results, methods, mcfg, load_paper("operators").get("rows", {}))
+    if cost is not None:
+        sec.tables.append(cost)
+    res = resolution_table(results, methods, mcfg)
+    if res is not None:
+        sec.tables.append(res)
+    if "main" in config["experiments"]:
+        sec.figures.append(
+            figure(
+                results,
+                "figures/psnr_vs_params.png",
+                "PSNR vs parameters: filled circles = measured in this run (parameters at the run's scale); hollow diamonds = the paper's "
+                "PSNR with printed parameter counts (never measured values; sources in results/tables/psnr_vs_params.csv)",
+            )
+        )
+    sec.figures.append(figure(results, "figures/cost_vs_resolution.png", "GMACs of one forward pass vs image size, per method (legend: parameters)"))
+    return sec
+
+
+def resolution_table(results: Path, methods: list[str], method_cfgs: dict[str, dict]) -> Table | None:
+    """GMACs per image size and method, from cost_vs_resolution.csv (sizes and scale from config `analysis`)."""
+    path = results / "tables" / "cost_vs_resolution.csv"
+    if not path.exists():
+        return None
+    df = pd.read_csv(path)
+    sizes = sorted(df["size"].unique())
+    table = Table(columns=[("params", "params_m")] + [(f"{int(n)}×{int(n)}", "gmacs") for n in sizes])
+    for method in methods:
+        sub = df[df["method"] == method].set_index("size")
+        if sub.empty:
+            continue
+        cells = [Cell(measured=float(sub["params_m"].iloc[0]), digits=3)]
+        cells += [Cell(measured=float(sub.loc[n, "gmacs"]) if n in sub.index else None, digits=3) for n in sizes]
+        table.rows.append((method_cfgs[method].get("label", method), cells))
+    table.caption = f"Parameters (M) and GMACs of one forward pass on a 1-channel image of each size, {df['scale'].iloc[0]} scale (config key analysis.cost_sizes / cost_scale)."
+    return table
+
+
+BENCH_COMMAND = (
+    "dgno bench forward dgno-cell swinir restormer mpt --scale paper --sizes 128 256 384 512 --out benchmarks/results/forward_<device>.json; snakemake --cores 1 results/tables/runtime_memory.csv"
+)
+
+
+def runtime_section(results: Path) -> tuple[Section, bool]:
+    """Throughput / peak memory vs image size per device from results/tables/runtime_memory.csv (rule runtime_memory).
+
+    Returns (section, measured?): without benchmark results the section says 'not run' and gives the commands.
+    """
+    paper = load_paper("runtime_memory")
+    sec = Section(id="runtime_memory", title="Runtime and memory vs image size", paper_source=paper.get("source", ""))
+    path = results / "tables" / "runtime_memory.csv"
+    frame = pd.read_csv(path) if path.exists() else pd.DataFrame()
+    forward = frame[frame["kind"] == "forward"] if not frame.empty else frame
+    unread = frame[frame["kind"] == "unreadable"] if not frame.empty else frame
+    if not unread.empty:
+        sec.notes.append("Benchmark files that could not be read (not shown): " + "; ".join(f"benchmarks/results/{r.file}: {r.problem}" for r in unread.itertuples()) + ".")
+    if forward.empty:
+        sec.notes.append(f"Not run: no benchmark results. Commands: {BENCH_COMMAND}")
+        return sec, False
+    sec.notes.append(
+        "These are recorded benchmarks: files in benchmarks/results/ measured by earlier commands on the machine each names, "
+        "not measured by this run of the workflow. Each table says which file, commit, device and date."
+    )
+    prows = paper.get("rows", {})
+    for (file, device), sub in forward.groupby(["file", "device"], sort=False):
+        sizes = sorted(sub["size"].unique())
+        table = Table(columns=[(f"{int(n)} px", m) for n in sizes for m in ("img/s", "peak GB")])
+        gpu = str(device).startswith("cuda")
+        for model, g in sub.groupby("model", sort=False):
+            g = g.set_index("size")
+            key = "dgno" if str(model).startswith("dgno") else str(model)
+            cells = []
+            for n, metric in table.columns:
+                size = int(n.split()[0])
+                pcell = prows.get(f"s{size}", {}).get(key, {}) if gpu else {}
+                if size not in g.index:
+                    cells.append(Cell(measured=None, paper=None, digits=2))
+                elif metric == "img/s":
+                    cells.append(Cell(measured=float(g.loc[size, "images_per_second"]), paper=pcell.get("img_per_s"), digits=2))
+                else:
+                    mb = g.loc[size, "peak_memory_mb"]
+                    cells.append(Cell(measured=None if pd.isna(mb) else float(mb) / 1024, paper=pcell.get("mem_gb"), digits=2))
+            table.rows.append((f"{model} ({g['scale'].iloc[0]} scale)", cells))
+        commits = sorted({str(c) for c in sub.get("commit", pd.Series(["unknown"])).fillna("unknown")})
+        dates = sorted({str(d)[:10] for d in sub.get("recorded_utc", pd.Series(["unknown"])).fillna("unknown")})
+        table.caption = (
+            f"Recorded benchmark (not measured in this run): file benchmarks/results/{file}, commit {', '.join(commits)}, device {device}, "
+            f"recorded {', '.join(dates)}; batch 1, forward pass without autograd; peak memory = {sub['memory'].iloc[0]}."
+            + (" Paper values (GB / img/s, GPU and precision not stated in the paper) are shown below the measured ones." if gpu else "")
+        )
+        sec.tables.append(table)
+    train = frame[frame["kind"] == "train"]
+    for _, r in train.iterrows():
+        sec.notes.append(
+            f"Training step ({r['file']}, {r['device']}): {r['model']} {r['scale']} scale, batch {r['batch']} at {r['size']} px"
+            f"{', bf16 autocast' if r['amp_bf16'] else ''}: {r['images_per_second']:.1f} images/s, peak {r['peak_memory_mb'] / 1024:.1f} GB."
+        )
+    sec.figures.append(figure(results, "figures/runtime_memory.png", "Forward-pass throughput and peak memory vs image size, per device (from the files named in the tables)"))
+    return sec, True
