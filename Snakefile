@@ -36,9 +36,13 @@ include: "workflow/rules/analysis.smk"
 include: "workflow/rules/report.smk"
 
 
-# Light bookkeeping and plotting jobs run where Snakemake runs, not as cluster jobs.
+# Downloads run where Snakemake runs (the network is there, not on compute nodes); so do light
+# bookkeeping and plotting jobs. Jobs that read every restored image (edge_band) are cluster jobs.
 localrules:
     all,
+    bbbc006_plane,
+    bbbc006_labels,
+    paired_source,
     official_checkpoint,
     operators,
     synthetic,
@@ -49,7 +53,6 @@ localrules:
     table_ablation,
     table_experiment,
     edge_band_definition,
-    edge_band,
     figure_visual,
     figure_error_difference,
     figure_training_curves,
