@@ -158,3 +158,81 @@ def test_max_pupil_slope_matches_a_full_pupil_scan(max_field):
             inside = ux.detach() ** 2 + uy.detach() ** 2 <= 1.0
             best = max(best, float(torch.sqrt(gx * gx + gy * gy)[inside].max()))
         assert max_pupil_slope(c, max_field) == pytest.approx(best, rel=1e-12)
+
+
+def _rdmpy_psf(coeffs_rdmpy, x_px: float, dim: int = 64):
+    """rdmpy's PSF of a point at (x_px, 0) px right of the optical axis, from its published formula
+    (apsk14/rdmpy, _src/seidel.py: pupil phase of the negated, rotated frequency grid, H = circ·exp(−ikW),
+    PSF = |ifft(H)|², default system parameters: pupil radius = a quarter of the frequency range),
+    before rdmpy shifts it to the point. Written here from those facts, as an independent reference."""
+    import numpy as np
+
+    f = np.linspace(-1.0, 1.0, dim) * 2.0  # normalised pupil coordinates: |f| <= 1 is the pupil
+    fx, fy = np.meshgrid(f, f)
+    X, Y = -fx, -fy
+    r = x_px / (dim / 2)  # field radius, the point on the +x axis (no rotation)
+    rho2 = X * X + Y * Y
+    w040, w131, w222, w220, w311, w020 = coeffs_rdmpy
+    poly = w040 * rho2**2 + w131 * r * rho2 * X + w222 * r**2 * X**2 + w220 * r**2 * rho2 + w311 * r**3 * X + w020 * rho2
+    h = (np.sqrt(rho2) <= 1.0) * np.exp(-1j * 2 * np.pi * poly)
+    psf = np.abs(np.fft.fftshift(np.fft.ifft2(np.fft.ifftshift(h)))) ** 2
+    return psf / psf.sum()
+
+
+def _moments_x(psf):
+    """(centroid, third central moment) along columns, in px from the grid centre."""
+    import numpy as np
+
+    psf = np.asarray(psf, dtype=np.float64)
+    n = psf.shape[-1]
+    x = np.arange(n) - n // 2
+    px = psf.sum(axis=0) / psf.sum()
+    mean = float((x * px).sum())
+    return mean, float((((x - mean) ** 3) * px).sum())
+
+
+@pytest.mark.parametrize("term", ["W311", "W131"])
+def test_rdmpy_coefficients_point_the_way_rdmpys_do(term):
+    """A point source right of the axis: distortion moves the centroid, and coma throws its flare,
+    to the same side in this package (coefficients given in rdmpy's convention) as in rdmpy."""
+    import numpy as np
+
+    from dgno.optics.seidel import SEIDEL_NAMES, SeidelCoefficients, seidel_psf
+
+    values = [0.6 if n == term else 0.0 for n in SEIDEL_NAMES]  # rdmpy's order is the same
+    ref_mean, ref_skew = _moments_x(_rdmpy_psf(values, x_px=24.0))
+    ours = seidel_psf(SeidelCoefficients.from_rdmpy(values), (24.0 / 32, 0.0), size=65)
+    mean, skew = _moments_x(ours.numpy())
+    if term == "W311":
+        assert abs(ref_mean) > 0.3 and np.sign(mean) == np.sign(ref_mean)
+    else:
+        assert abs(ref_skew) > 0.1 and np.sign(skew) == np.sign(ref_skew)
+    # copied unchanged (this package's own convention), they would point the other way
+    mirrored_mean, mirrored_skew = _moments_x(seidel_psf(SeidelCoefficients.from_tensor(values), (24.0 / 32, 0.0), size=65).numpy())
+    assert np.sign(mirrored_mean if term == "W311" else mirrored_skew) == -np.sign(ref_mean if term == "W311" else ref_skew)
+
+
+def test_rdmpy_conversion_round_trips_and_only_flips_odd_terms():
+    from dgno.optics.seidel import SeidelCoefficients
+
+    rd = [0.1, 0.2, -0.3, 0.4, 0.5, -0.6]
+    c = SeidelCoefficients.from_rdmpy(rd)
+    assert (c.W040, c.W131, c.W222, c.W220, c.W311, c.W020) == (0.1, -0.2, -0.3, 0.4, -0.5, -0.6)
+    assert c.to_rdmpy() == rd
+    with pytest.raises(ValueError, match="expected 6 coefficients"):
+        SeidelCoefficients.from_rdmpy([0.1, 0.2])
+
+
+def test_config_coefficients_in_either_convention():
+    """The seidel block of a config: a mapping (this package's convention, missing terms from the
+    reference), or rdmpy's six numbers / mapping with convention rdmpy (odd terms flipped, nothing mixed in)."""
+    from dgno.optics.nonblind import REFERENCE_COEFFS, true_coefficients
+
+    assert true_coefficients({}) == REFERENCE_COEFFS
+    assert true_coefficients({"coeffs": {"W131": 0.2}}).W131 == 0.2 and true_coefficients({"coeffs": {"W131": 0.2}}).W040 == REFERENCE_COEFFS.W040
+    rd = [0.1, 0.2, 0.05, 0.04, 0.01, 0.3]
+    c = true_coefficients({"coeffs": rd, "convention": "rdmpy"})
+    assert c.to_rdmpy() == rd and c.W131 == -0.2
+    assert true_coefficients({"coeffs": {"W311": 0.5}, "convention": "rdmpy"}) == SeidelCoefficients(W311=-0.5)  # no reference terms mixed in
+    with pytest.raises(ValueError, match="unknown Seidel convention 'zemax'"):
+        true_coefficients({"convention": "zemax"})

@@ -9,13 +9,12 @@ import _log  # noqa: E402
 _log.redirect(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
 
-from dgno.optics.nonblind import REFERENCE_COEFFS, calibrate  # noqa: E402
+from dgno.optics.nonblind import calibrate, true_coefficients  # noqa: E402
 
 seidel = sm.params.seidel
-coeffs = {**REFERENCE_COEFFS.as_dict(), **seidel.get("coeffs", {})}
 result = calibrate(
     sm.output[0],
-    coeffs_true=coeffs,
+    coeffs_true=true_coefficients(seidel),
     image_size=tuple(sm.params.image_size),
     seed=sm.params.seed,
     n_images=seidel.get("calibration_images", 4),

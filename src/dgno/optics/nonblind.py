@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -50,6 +50,26 @@ METHODS: tuple[str, ...] = get_args(MethodName)
 # Richardson–Lucy 37.8 / 0.966, ring deconvolution 40.9 / 0.971 — the paper's Seidel blur on BBBC006
 # is 31.07 dB.  A starting point for configs, not a value from the paper (it gives none).
 REFERENCE_COEFFS = SeidelCoefficients(W040=0.075, W131=0.075, W222=0.06, W220=0.04, W311=0.0, W020=0.05)
+
+
+def true_coefficients(seidel: Mapping[str, Any]) -> SeidelCoefficients:
+    """The coefficients a config's ``seidel`` block asks for, in this package's convention.
+
+    ``coeffs`` is a mapping ``{W040: …}`` or a list of six numbers in rdmpy's order (its calibration
+    output); ``convention`` says whose sign convention they are in ("dgno", default, or "rdmpy": coma and
+    distortion flipped, see ``SeidelCoefficients.from_rdmpy``). In this package's convention, terms a
+    mapping leaves out keep their ``REFERENCE_COEFFS`` value; in rdmpy's, the given numbers are all of it
+    (missing terms are 0), so rdmpy users never get a mixture of the two conventions.
+    """
+    given = seidel.get("coeffs", {})
+    convention = seidel.get("convention", "dgno")
+    check_choice("Seidel convention", convention, ("dgno", "rdmpy"))
+    if convention == "rdmpy":
+        values = given if isinstance(given, Sequence) and not isinstance(given, str) else SeidelCoefficients.from_dict(given).as_tensor()
+        return SeidelCoefficients.from_rdmpy(values)
+    if isinstance(given, Sequence) and not isinstance(given, str):
+        return SeidelCoefficients.from_tensor(given)
+    return SeidelCoefficients.from_dict({**REFERENCE_COEFFS.as_dict(), **given})
 
 
 def _image_shape(image_size: int | tuple[int, int] | list[int]) -> tuple[int, int]:

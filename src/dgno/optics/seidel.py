@@ -67,6 +67,22 @@ class SeidelCoefficients:
         return cls(*values)
 
     @classmethod
+    def from_rdmpy(cls, values: Tensor | Sequence[float]) -> SeidelCoefficients:
+        """Coefficients as rdmpy gives them (its calibration output, waves, order W040, W131, W222, W220,
+        W311, W020 as here) in this package's convention.
+
+        rdmpy's PSF for the same numbers is this package's mirrored through the source point (its pupil
+        phase enters as exp(−ikW) on a negated frequency grid). Mirroring flips exactly the odd terms, coma
+        W131 and distortion W311; the even ones give point-symmetric PSFs and stay as they are.
+        """
+        c = cls.from_tensor(values)
+        return cls(**{**c.as_dict(), "W131": -c.W131, "W311": -c.W311})
+
+    def to_rdmpy(self) -> list[float]:
+        """The inverse of :meth:`from_rdmpy`: the six numbers rdmpy would take for the same PSFs."""
+        return [self.W040, -self.W131, self.W222, self.W220, -self.W311, self.W020]
+
+    @classmethod
     def from_dict(cls, d: Mapping[str, float]) -> SeidelCoefficients:
         """Build from a mapping; unknown keys raise so a typo ("W13") cannot silently become zero."""
         unknown = set(d) - set(SEIDEL_NAMES)
