@@ -116,19 +116,17 @@ def assemble_axis(
     interior = numerical_flux(flux, plus.narrow(axis, 0, n - 1), minus.narrow(axis, 1, n - 1), tau)  # n−1 interfaces
     zero = torch.zeros_like(first(minus))
     out = torch.cat([interior, zero], dim=axis) - torch.cat([zero, interior], dim=axis)
-    if boundary == "dirichlet":
-        ghost = torch.zeros_like(zero)
-        edge = torch.zeros_like(out)
-        edge.narrow(axis, 0, 1).add_(numerical_flux(flux, first(plus), ghost, tau))
-        edge.narrow(axis, n - 1, 1).add_(numerical_flux(flux, last(minus), ghost, tau))
-        out = out + edge
-    elif boundary == "periodic":
+    if boundary == "neumann":
+        return out
+    if boundary == "dirichlet":  # (added to the first element, added to the last)
+        head, tail = numerical_flux(flux, first(plus), zero, tau), numerical_flux(flux, last(minus), zero, tau)
+    else:  # periodic: the wrap interface, last element on its left
         wrap = numerical_flux(flux, last(minus), first(plus), tau)
-        edge = torch.zeros_like(out)
-        edge.narrow(axis, n - 1, 1).add_(wrap)
-        edge.narrow(axis, 0, 1).sub_(wrap)
-        out = out + edge
-    return out
+        head, tail = -wrap, wrap
+    edge = torch.zeros_like(out)  # one element may be both first and last (n = 1)
+    edge.narrow(axis, 0, 1).add_(head)
+    edge.narrow(axis, n - 1, 1).add_(tail)
+    return out + edge
 
 
 def interface_fluxes(

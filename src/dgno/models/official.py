@@ -238,7 +238,7 @@ def convert_state_dict(official: Mapping[str, Tensor], expected: Mapping[str, Te
             if not torch.equal(value.cpu().long(), faces[face["side"]]):
                 raise ValueError(f"{key}: face indices {value.tolist()} differ from the {element_size}x{element_size} element's {face['side']} face")
             continue
-        rule = next(((pattern.match(key), template, reshape) for pattern, template, reshape in _RULES if pattern.match(key)), None)
+        rule = next(((m, template, reshape) for pattern, template, reshape in _RULES if (m := pattern.match(key))), None)
         if rule is None:
             raise ValueError(f"{key}: not a tensor of the authors' DGNO (no rule maps it)")
         match, template, reshape = rule

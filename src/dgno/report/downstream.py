@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
+from dgno.io import read_json
 from dgno.report.render import (
     Cell,
     Table,
@@ -39,8 +39,6 @@ def nonblind_section(config: dict, summaries: pd.DataFrame, results: Path) -> Se
     )
     calib = results / "nonblind" / ds / "calibration.json"
     if calib.exists():
-        from dgno.io import read_json
-
         c = read_json(calib)
         sec.notes.append(
             f"Calibration: {c['fit'].get('n_beads', '?')} beads; max |fitted − true| coefficient error "
@@ -66,7 +64,7 @@ def stardist_section(config: dict, results: Path) -> Section:
     path = results / "tables" / f"stardist_{ds}.csv"
     metrics = ["ap50", "ap70", "ap90", "map"]
     model_json = results / "stardist" / ds / "model.json"
-    record = json.loads(model_json.read_text()) if model_json.exists() else {}
+    record = read_json(model_json) if model_json.exists() else {}
     chosen = record.get("kind") or {"pretrained": "pretrained", "train": "trained here"}[spec["model"]]
     # the segmentation model is named in the table's header: a StarDist trained here is not the published one
     table = Table(columns=[(ds, m) for m in metrics])

@@ -10,6 +10,7 @@ from dgno.report.operators import edge_band_caption, edge_band_values, gain_verd
 from dgno.report.render import (
     Cell,
     Table,
+    eval_command,
     load_paper,
     metric_table,
 )
@@ -108,7 +109,7 @@ def synthetic_bbbc006_section(config: dict, summaries: pd.DataFrame, results: Pa
         edge_gain = edge - base["psnr_edge"] if is_dg and edge is not None and base.get("psnr_edge") is not None else None
         prow = prows.get("gg" if cfg["model"] == "gg" else "dg" if is_dg else "", {})
         pgain = prows.get("dg_minus_gg", {}) if is_dg else {}
-        command = None if psnr is not None else f"snakemake --profile slurm results/eval/{ds}/{method}/{levels[0]}/summary.json"
+        command = None if psnr is not None else eval_command(ds, method, levels[0])
         table.rows.append(
             (
                 cfg.get("label", method),
