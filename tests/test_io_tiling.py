@@ -143,3 +143,26 @@ def test_atomic_dir_replaces_only_on_success(tmp_path):
     with atomic_dir(tmp_path / "a" / "b") as tmp:  # parents are created
         (tmp / "x").write_text("x")
     assert (tmp_path / "a" / "b" / "x").exists()
+
+
+@pytest.mark.parametrize("blend", ["ramp", "crossfade"])
+def test_batched_tiles_equal_one_at_a_time_and_keep_one_shape(blend):
+    """Tiles grouped into batches (last batch filled with copies) give the one-at-a-time result,
+    and the function only ever sees one input shape (what lets a CUDA graph serve every call)."""
+    g = torch.Generator().manual_seed(0)
+    image = torch.rand(1, 1, 70, 90, generator=g)
+    shapes = set()
+
+    def fn(x):
+        shapes.add(tuple(x.shape))
+        return torch.nn.functional.avg_pool2d(x, 5, stride=1, padding=2) * 2 + x.mean(dim=(1, 2, 3), keepdim=True)
+
+    one = tiled_apply(fn, image, tile=32, overlap=12, blend=blend)
+    shapes.clear()
+    batched = tiled_apply(fn, image, tile=32, overlap=12, blend=blend, batch=4)  # 12 tiles: 3 calls of 4
+    assert shapes == {(4, 1, 32, 32)}
+    torch.testing.assert_close(batched, one, atol=1e-6, rtol=0)
+    odd = tiled_apply(fn, image, tile=32, overlap=12, blend=blend, batch=5)  # 12 = 5 + 5 + 2 (+3 copies)
+    torch.testing.assert_close(odd, one, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="batch must be >= 1"):
+        tiled_apply(fn, image, tile=32, batch=0)

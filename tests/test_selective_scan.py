@@ -157,7 +157,7 @@ def test_auto_on_cpu_uses_the_chunked_scan(monkeypatch):
 def test_bad_arguments_are_named():
     inp = make_inputs(L=10)
     args = (inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"])
-    with pytest.raises(ValueError, match=r"'cuda'.*allowed: 'auto', 'torch', 'mamba_ssm', 'reference'"):
+    with pytest.raises(ValueError, match=r"'cuda'.*allowed: 'auto', 'torch', 'triton', 'mamba_ssm', 'reference'"):
         selective_scan(*args, backend="cuda")
     with pytest.raises(ValueError, match="B must be"):
         selective_scan(inp["u"], inp["delta"], inp["A"], inp["B"][:, :2], inp["C"])
@@ -171,7 +171,7 @@ def test_bad_arguments_are_named():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the GPU environment)")
-@pytest.mark.parametrize("backend", ["torch", "mamba_ssm"])
+@pytest.mark.parametrize("backend", ["torch", "triton", "mamba_ssm"])
 def test_cuda_backends_match_the_reference(backend):
     """On CUDA, the chunked scan (CUDA branches: one-kernel cumsums, large blocks) and mamba_ssm's kernel
     give the reference's outputs and gradients in float32 (4-D B/C layout, z, bias, softplus)."""

@@ -67,7 +67,17 @@ def _cmd_summary(args: argparse.Namespace) -> int:
 def _cmd_deblur(args: argparse.Namespace) -> int:
     from dgno.deblur import deblur_files
 
-    failures = deblur_files(args.inputs, args.output, checkpoint=args.checkpoint, tile=args.tile, overlap=args.overlap, device=args.device)
+    failures = deblur_files(
+        args.inputs,
+        args.output,
+        checkpoint=args.checkpoint,
+        tile=args.tile,
+        overlap=args.overlap,
+        device=args.device,
+        tile_batch=args.tile_batch,
+        cuda_graphs=args.cuda_graphs,
+        bf16=args.bf16,
+    )
     for _path, message in failures:
         print(f"error: {message}", file=sys.stderr)
     if failures:
@@ -197,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tile", type=int, default=512, help="tile size for large images (default 512)")
     p.add_argument("--overlap", type=int, default=64)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--tile-batch", type=int, help="tiles per forward pass (default: 8 on a GPU, 1 on a CPU)")
+    p.add_argument("--cuda-graphs", action="store_true", help="replay the forward pass from CUDA graphs (GPU; needs the triton or mamba_ssm scan)")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the forward pass")
     p.set_defaults(func=_cmd_deblur)
 
     p = sub.add_parser("lam", help="local attribution maps: which input pixels trained models use for one output window of your image")

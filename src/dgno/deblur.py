@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from dgno.evaluate import model_restorer
+from dgno.evaluate import default_tile_batch, model_restorer
 from dgno.io import InputError, read_raw_image, to_unit_float, write_tiff
 from dgno.train import load_trained, pick_device
 
@@ -71,12 +71,21 @@ def deblur_files(
     tile: int | None = 512,
     overlap: int = 64,
     device: str = "auto",
+    tile_batch: int | None = None,
+    cuda_graphs: bool = False,
+    bf16: bool = False,
 ) -> list[tuple[Path, str]]:
-    """Restore each input into ``output_dir/<name>.tif``; return [(path, error message)] of failures."""
+    """Restore each input into ``output_dir/<name>.tif``; return [(path, error message)] of failures.
+
+    GPU options (``dgno.cuda_graphs``): ``tile_batch`` tiles per pass (default 8 on CUDA, 1 on
+    CPU), ``cuda_graphs`` replays the forward from CUDA graphs, ``bf16`` uses bfloat16 autocast.
+    """
     dev = pick_device(device)
     model, _ = load_trained(checkpoint, dev)
     in_channels = int(model.hparams.get("in_channels", 1))
-    restore = model_restorer(model, dev, tile=tile, overlap=overlap)
+    restore = model_restorer(
+        model, dev, tile=tile, overlap=overlap, tile_batch=default_tile_batch(dev, tile_batch), cuda_graphs=cuda_graphs, bf16=bf16
+    )
     output_dir = Path(output_dir)
     paths = [Path(p) for p in inputs]
     targets, failures = output_paths(paths, output_dir)

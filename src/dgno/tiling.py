@@ -81,13 +81,19 @@ def tiled_apply(
     overlap: int = 32,
     blend: BlendName = "ramp",
     progress: Callable | None = None,
+    batch: int = 1,
 ) -> torch.Tensor:
-    """Apply `fn` ((1, C, h, w) → (1, C', h, w)) to `image` (1, C, H, W) by blended tiles.
+    """Apply `fn` ((k, C, h, w) → (k, C', h, w)) to `image` (1, C, H, W) by blended tiles.
 
     tile=None or a tile at least as large as the image runs one pass.
     blend: "ramp" (module docstring: a ramp inside the overlap, tile borders dropped) or
     "crossfade" (the authors' BBBC006 test: linear cross-fades over each pair's whole overlap).
+    batch: tiles per call of `fn`.  On a GPU one call of 8 tiles costs little more than one of a
+    single tile; the last call is filled up with copies of its last tile, so `fn` always sees
+    the same shape (one CUDA graph serves every call, see ``dgno.cuda_graphs``).
     """
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
     check_choice("blend", blend, BLENDS)
     _, _, h, w = image.shape
     if tile is None or (tile >= h and tile >= w):
@@ -96,19 +102,26 @@ def tiled_apply(
     th, tw = min(tile, h), min(tile, w)
     if blend == "crossfade":
         fy, fx = dict(zip(ys, crossfade_weights(ys, th))), dict(zip(xs, crossfade_weights(xs, tw)))
+
+    def tile_weight(y: int, x: int) -> torch.Tensor:  # (1, 1, th, tw)
+        if blend == "crossfade":
+            wy, wx = fy[y], fx[x]
+        else:
+            wy = edge_weight(th, overlap, ramp_start=y > 0, ramp_end=y + th < h)
+            wx = edge_weight(tw, overlap, ramp_start=x > 0, ramp_end=x + tw < w)
+        return (wy[:, None] * wx[None, :])[None, None].to(image.device)
+
     out = None
     weight = torch.zeros(1, 1, h, w, device=image.device)
     coords = [(y, x) for y in ys for x in xs]
-    for y, x in progress(coords) if progress else coords:
-        pred = fn(image[:, :, y : y + th, x : x + tw])
-        if blend == "crossfade":
-            wy, wx = fy[y].to(image.device), fx[x].to(image.device)
-        else:
-            wy = edge_weight(th, overlap, ramp_start=y > 0, ramp_end=y + th < h).to(image.device)
-            wx = edge_weight(tw, overlap, ramp_start=x > 0, ramp_end=x + tw < w).to(image.device)
-        wt = (wy[:, None] * wx[None, :])[None, None]
+    groups = [coords[i : i + batch] for i in range(0, len(coords), batch)]
+    for group in progress(groups) if progress else groups:
+        crops = [image[:, :, y : y + th, x : x + tw] for y, x in group]
+        preds = fn(torch.cat(crops + crops[-1:] * (batch - len(crops)), dim=0))  # (batch, C', th, tw)
         if out is None:
-            out = torch.zeros(1, pred.shape[1], h, w, device=image.device, dtype=pred.dtype)
-        out[:, :, y : y + th, x : x + tw] += pred * wt
-        weight[:, :, y : y + th, x : x + tw] += wt
+            out = torch.zeros(1, preds.shape[1], h, w, device=image.device, dtype=preds.dtype)
+        for (y, x), pred in zip(group, preds):
+            wt = tile_weight(y, x)
+            out[:, :, y : y + th, x : x + tw] += pred * wt
+            weight[:, :, y : y + th, x : x + tw] += wt
     return out / weight

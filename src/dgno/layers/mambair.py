@@ -112,7 +112,9 @@ class ASSM(nn.Module):
         logits = F.log_softmax(self.route(x), dim=-1)
         if self.training:
             return F.gumbel_softmax(logits, hard=True, dim=-1)
-        return F.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
+        # one-hot by scatter: F.one_hot checks its indices on the host, a GPU sync that would
+        # stop CUDA-graph capture of the forward pass (dgno.cuda_graphs)
+        return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
 
     def _scan(self, v: Tensor, prompt: Tensor) -> Tensor:
         """S6 over v (B, hidden, L) with C ← C + prompt (B, N, L); returns (B, hidden, L)."""

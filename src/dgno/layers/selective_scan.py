@@ -12,8 +12,11 @@ as a sequence of H·W tokens.  The signature and semantics are those of ``mamba_
 * ``"torch"`` — an exact pure-PyTorch chunked scan for every other device (see ``_ChunkedScan``):
   no Python loop over tokens, numerically stable in float32, with a hand-written backward that
   recomputes the states instead of storing them (the states are N times larger than the input);
+* ``"triton"`` — two Triton kernels (``dgno.layers.scan_triton``): a chunked associative scan for
+  CUDA tensors, with no extension to build (Triton comes with CUDA builds of PyTorch);
 * ``"reference"`` — the recurrence written as a plain loop over tokens; for tests and benchmarks;
-* ``"auto"`` — ``mamba_ssm`` for CUDA tensors when it imports, else ``torch``.
+* ``"auto"`` — for CUDA tensors ``mamba_ssm`` when it imports, else ``triton`` when it imports,
+  else ``torch``; ``torch`` on every other device.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-Backend = Literal["auto", "torch", "mamba_ssm", "reference"]
-BACKENDS: tuple[str, ...] = ("auto", "torch", "mamba_ssm", "reference")
+from dgno.layers import scan_triton
+
+Backend = Literal["auto", "torch", "triton", "mamba_ssm", "reference"]
+BACKENDS: tuple[str, ...] = ("auto", "torch", "triton", "mamba_ssm", "reference")
 
 # Largest |exponent| the chunked scan lets exp() see.  e^60 ≈ 1e26 keeps every intermediate
 # (rescaled inputs summed over a chunk, their gradients) far from float32 overflow (3e38)
@@ -103,7 +108,18 @@ def selective_scan(
             raise RuntimeError(f"backend 'mamba_ssm' needs CUDA tensors, got device {u.device}")
     if mamba_fn is not None and u.is_cuda:
         return mamba_fn(*(t.contiguous() if isinstance(t, Tensor) else t for t in args))
+    if backend == "triton" or (backend == "auto" and u.is_cuda and scan_triton.available(u.device)):
+        return _selective_scan_triton(*args)
     return _selective_scan_torch(*args)
+
+
+def _selective_scan_triton(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):
+    """The ``"triton"`` backend: the kernels run the recurrence; D u and the gate are added here."""
+    dtype = _compute_dtype(u)
+    bias = None if delta_bias is None else delta_bias.to(dtype)
+    u_ = u.to(dtype)
+    y, last = scan_triton.scan(u_, delta.to(dtype), A.to(dtype), _grouped(B, dtype), _grouped(C, dtype), bias, bool(delta_softplus))
+    return _finish(y, last, u, u_, D, z, return_last_state)
 
 
 @functools.lru_cache(maxsize=1)
