@@ -61,7 +61,14 @@ MODELS = ("dgno-face", "dgno-cell", "restormer", "nafnet", "swinir", "mpt")
 DGNO = ("dgno-face", "dgno-cell")
 # ``--dry-run`` (CPU, Triton interpreter) shrinks these to check the script end to end in seconds
 SCALE = "paper"
-SIZES = {"core": (256, 512), "sizes": (128, 1024), "all": (128, 256, 512, 1024), "memory": (256, 512), "train": 256}
+SIZES = {
+    "core": (256, 512),
+    "sizes": (128, 1024),
+    "all": (128, 256, 512, 1024),
+    "memory": (256, 512),
+    "train": 256,
+    "paper": (128, 256, 384, 512),
+}
 BATCH = 8
 SCAN_SHAPE = (96, 65536)  # channels × tokens of the paper DGNO's full-resolution ASSM at 256²
 
@@ -90,6 +97,7 @@ class Run:
             "memory": [],
             "train": [],
             "bf16_psnr": [],
+            "profile": [],
             "skipped": [],
             "errors": [],
         }
@@ -306,9 +314,9 @@ def predicted_seconds(run: Run, name: str, scan: str | None, mode: str, batch: i
     return ref["seconds"] * (size**2 * batch) / (ref["size"] ** 2 * ref["batch"])
 
 
-def inference(run: Run, sizes, batches, dtypes, max_forward_s: float, phase: str) -> None:
+def inference(run: Run, sizes, batches, dtypes, max_forward_s: float, phase: str, models=MODELS) -> None:
     dev = run.device
-    for name in MODELS:
+    for name in models:
         variants = [("triton", "eager"), ("triton", "graphs"), ("torch", "eager")] if name in DGNO else [(None, "eager"), (None, "graphs")]
         for scan, mode in variants:
             if run.left() < 20:
@@ -389,6 +397,107 @@ def compiled(run: Run, size: int = 256) -> None:
             release(dev)
 
 
+def autograd_forward(model, x: torch.Tensor) -> None:
+    """model(x) with autograd recording (no ``torch.no_grad``): the protocol that reproduces the paper's memory."""
+    outs = as_outputs(model(x))
+    del outs
+
+
+def paper_protocol(run: Run) -> None:
+    """Throughput and peak memory of forward passes with autograd on, batch 1, the paper's sizes 128²–512²."""
+    dev = run.device
+    for name in MODELS:
+        scan = "triton" if name in DGNO else None
+        model = None
+        try:
+            model = build(name, dev, scan).eval()
+            for size in SIZES["paper"]:
+                what = f"paper protocol {name} {size}"
+                if run.left() < 10:
+                    run.skip(what, "time budget spent")
+                    continue
+                try:
+                    x = torch.rand(1, 1, size, size, device=dev)
+                    times = timed(functools.partial(autograd_forward, model, x), dev)
+                    sec = statistics.median(times)
+                    run.add("inference", {
+                        "model": name, "scan_backend": scan, "size": size, "batch": 1, "dtype": "fp32", "mode": "autograd",
+                        "phase": "paper_protocol", "seconds": sec, "images_per_second": 1 / sec, **memory(dev), "times": times,
+                    })  # fmt: skip
+                except torch.cuda.OutOfMemoryError as exc:
+                    run.skip(what, f"out of memory: {str(exc).splitlines()[0][:200]}")
+                    break
+                finally:
+                    release(dev)
+        except Exception as exc:  # noqa: BLE001
+            run.error(f"paper protocol {name}", exc)
+        finally:
+            model = None
+            release(dev)
+
+
+def profile(run: Run) -> None:
+    """Where the time goes: the 25 most expensive CUDA kernels of a DGNO-Cell training step and of a forward pass."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    dev = run.device
+    cases = [("train_step b8 256 fp32", SIZES["train"], BATCH, True), ("forward b1 512 fp32 eager", SIZES["core"][-1], 1, False)]
+    for label, size, batch, train in cases:
+        if run.left() < 20:
+            run.skip(f"profile {label}", "time budget spent")
+            continue
+        try:
+            model = build("dgno-cell", dev, "triton").train(train)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            x = torch.rand(batch, 1, size, size, device=dev)
+            step = functools.partial(train_step, model, opt, x, x, False) if train else functools.partial(eager_forward, model, x, False)
+            for _ in range(2):
+                step()
+            sync(dev)
+            with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(2):
+                    step()
+                sync(dev)
+            events = [e for e in prof.key_averages() if e.device_type.name == "CUDA" or getattr(e, "self_device_time_total", 0) > 0]
+            events.sort(key=lambda e: getattr(e, "self_device_time_total", 0), reverse=True)
+            total = sum(getattr(e, "self_device_time_total", 0) for e in events)
+            rows = [
+                {
+                    "name": e.key[:120],
+                    "calls": e.count,
+                    "self_device_ms": getattr(e, "self_device_time_total", 0) / 1e3 / 2,
+                    "share": getattr(e, "self_device_time_total", 0) / total,
+                }
+                for e in events[:25]
+            ]
+            run.add(
+                "profile",
+                {
+                    "case": label,
+                    "model": "dgno-cell",
+                    "scan_backend": "triton",
+                    "device_ms_per_step": total / 1e3 / 2,
+                    "kernels": len(events),
+                    "top": rows,
+                },
+            )
+        except Exception as exc:  # noqa: BLE001
+            run.error(f"profile {label}", exc)
+        finally:
+            model = opt = None
+            release(dev)
+
+
+def train_tf32(run: Run) -> None:
+    """Training steps in float32 with TF32 matrix multiplies allowed (cuDNN convolutions use TF32 already)."""
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        train_steps(run, plan=[("dgno-cell", "triton"), ("dgno-face", "triton"), ("nafnet", None)], precisions=(False,), tag="tf32_matmul")
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+
 # 3. memory protocols ---------------------------------------------------------------------------
 
 
@@ -438,10 +547,10 @@ def memory_protocols(run: Run) -> None:
 # 4. training steps -----------------------------------------------------------------------------
 
 
-def train_steps(run: Run) -> None:
+def train_steps(run: Run, plan=None, precisions=(False, True), tag: str | None = None) -> None:
     dev, size, batch = run.device, SIZES["train"], BATCH
-    plan = [("dgno-cell", "triton"), ("dgno-face", "triton"), ("restormer", None), ("nafnet", None), ("dgno-cell", "torch")]
-    for bf16 in (False, True):
+    plan = plan or [("dgno-cell", "triton"), ("dgno-face", "triton"), ("restormer", None), ("nafnet", None), ("dgno-cell", "torch")]
+    for bf16 in precisions:
         for name, scan in plan:
             what = f"train {name} scan={scan} {'bf16' if bf16 else 'fp32'} b{batch} {size}"
             if run.left() < 25:
@@ -460,7 +569,7 @@ def train_steps(run: Run) -> None:
                 sec = statistics.median(times)
                 run.add("train", {
                     "model": name, "scan_backend": scan, "size": size, "batch": batch, "dtype": "bf16" if bf16 else "fp32",
-                    "seconds_per_iteration": sec, "iterations_per_second": 1 / sec, "projected_hours_60k": 60000 * sec / 3600,
+                    "seconds_per_iteration": sec, "iterations_per_second": 1 / sec, "projected_hours_60k": 60000 * sec / 3600, "tag": tag,
                     **memory(dev), "times": times,
                 })  # fmt: skip
             except torch.cuda.OutOfMemoryError as exc:
@@ -512,13 +621,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--demo", type=Path, help="folder with <method>/model.pt demo models and data/ (the demo test set)")
     ap.add_argument("--max-forward-s", type=float, default=2.0)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--phases", nargs="+", help="run only these phases (default: all but the follow-up ones)")
     ap.add_argument("--dry-run", action="store_true", help="tiny models and sizes (CPU check of the script; set TRITON_INTERPRET=1)")
     args = ap.parse_args(argv)
     dev = torch.device(args.device)
     if args.dry_run:
         global SCALE, SIZES, BATCH, SCAN_SHAPE
         SCALE, BATCH, SCAN_SHAPE = "smoke", 2, (4, 256)
-        SIZES = {"core": (32,), "sizes": (16, 48), "all": (16, 32), "memory": (32,), "train": 32}
+        SIZES = {"core": (32,), "sizes": (16, 48), "all": (16, 32), "memory": (32,), "train": 32, "paper": (16, 32)}
     run = Run(args.out, args.budget_s, dev, args.commit)
     steps = [
         ("scan check", lambda: check_scan(run)),
@@ -533,6 +643,20 @@ def main(argv: list[str] | None = None) -> int:
         ("inference sizes", lambda: inference(run, SIZES["sizes"], (1,), (False, True), args.max_forward_s, "sizes")),
         ("inference batch 8 rest", lambda: inference(run, SIZES["all"], (BATCH,), (False, True), args.max_forward_s, "batch8")),
     ]
+    steps += [
+        ("paper protocol", lambda: paper_protocol(run)),
+        ("profile", lambda: profile(run) if dev.type == "cuda" else run.skip("profile", "CUDA only")),
+        ("train tf32", lambda: train_tf32(run)),
+        (
+            "inference bf16 dgno",
+            lambda: inference(run, SIZES["core"], (1,), (True,), args.max_forward_s, "bf16_fp32_operator", models=DGNO),
+        ),
+    ]
+    if args.phases:
+        unknown = set(args.phases) - {label for label, _ in steps}
+        if unknown:
+            ap.error(f"unknown phase(s) {sorted(unknown)}; allowed: {[label for label, _ in steps]}")
+        steps = [(label, step) for label, step in steps if label in args.phases]
     for label, step in steps:
         t0 = time.monotonic()
         print(f"[{time.strftime('%H:%M:%S')}] {label} ({run.left():.0f} s left)", file=sys.stderr, flush=True)

@@ -29,7 +29,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from dgno.choices import check_choice
-from dgno.layers.blocks import pad_to_multiple
+from dgno.layers.blocks import at_least_fp32, pad_to_multiple
 from dgno.layers.flux import BOUNDARIES, FLUXES, PENALTY_FLUXES, BoundaryName, FluxName, interface_fluxes
 
 VariantName = Literal["face", "cell"]
@@ -85,6 +85,16 @@ def element_faces(t: Tensor) -> Tensor:
     return torch.stack([t[..., 0, :], t[..., -1, :], t[..., :, 0], t[..., :, -1]])
 
 
+def full_precision(x: Tensor) -> torch.autocast:
+    """Autocast switched off for the operator assembly (QKV, per-head norms, Kᵀ V, Q K_e).
+
+    Those are per-pixel normalisations and sums of products over an element (see
+    ``at_least_fp32``); the matrices are d×d with d = C/heads ≤ 12, so float32 costs little.
+    The MLP that follows still runs under autocast.
+    """
+    return torch.autocast(x.device.type, enabled=False)
+
+
 class _ContiguousGrad(torch.autograd.Function):
     """Identity whose backward makes the incoming gradient contiguous.
 
@@ -135,9 +145,15 @@ class _GalerkinLayer(nn.Module):
         z = _ContiguousGrad.apply(z).view(b, nh, nw, h, d, p1, p2)
         return rearrange(z, "b nh nw h d p1 p2 -> b (h d) (nh p1) (nw p2)")
 
+
     def _apply_operator(self, x: Tensor, q: Tensor, op: Tensor) -> Tensor:
-        """out = x + MLP(x + Q K_e);  q (B, nH, nW, h, d, p1, p2), op (B, nH, nW, h, d, d)."""
-        return x + self.mlp(x + self._query_times(q, op))
+        """out = x + MLP(x + Q K_e);  q (B, nH, nW, h, d, p1, p2), op (B, nH, nW, h, d, d).
+
+        Q K_e in float32 (``full_precision``), the MLP in x's dtype (bf16 under autocast).
+        """
+        with full_precision(x):
+            qk = self._query_times(q, op)
+        return x + self.mlp(x + qk.to(x.dtype))
 
     # Subclasses say how the input is padded and which coefficient matrices make up K_e;
     # ``forward`` and ``operator_terms`` share that one code path, so the terms an analysis
@@ -152,7 +168,8 @@ class _GalerkinLayer(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         h, w = x.shape[-2:]
         xp = self._pad(x)
-        q, parts = self._operator_parts(xp)
+        with full_precision(xp):
+            q, parts = self._operator_parts(at_least_fp32(xp))
         return self._apply_operator(xp, q, reduce(torch.add, parts.values()))[..., :h, :w]
 
     def operator_terms(self, x: Tensor) -> dict[str, Tensor]:
@@ -168,9 +185,10 @@ class _GalerkinLayer(nn.Module):
         """
         h, w = x.shape[-2:]
         xp = self._pad(x)
-        q, parts = self._operator_parts(xp)
-        terms = {"q": rearrange(q, "b nh nw h d p1 p2 -> b (h d) (nh p1) (nw p2)")}
-        terms.update({name: self._query_times(q, op) for name, op in parts.items()})
+        with full_precision(xp):
+            q, parts = self._operator_parts(at_least_fp32(xp))
+            terms = {"q": rearrange(q, "b nh nw h d p1 p2 -> b (h d) (nh p1) (nw p2)")}
+            terms.update({name: self._query_times(q, op) for name, op in parts.items()})
         terms["output"] = self._apply_operator(xp, q, reduce(torch.add, parts.values()))
         return {name: t[..., :h, :w] for name, t in terms.items()}
 
