@@ -233,6 +233,7 @@ def sweep_scan(run: Run) -> None:
         scan_triton.ScanConfig(bl, cb, nw)
         for bl, cb, nw in [(64, 1, 4), (128, 1, 4), (128, 2, 4), (256, 1, 4), (256, 2, 8), (128, 4, 8), (512, 1, 8)]
     ]
+    defaults = (scan_triton.CONFIG, scan_triton.FEW_ROWS_CONFIG)
     if SCALE != "paper":  # dry run: the interpreter is slow
         candidates = candidates[:1]
     best: tuple[float, scan_triton.ScanConfig] | None = None
@@ -241,7 +242,7 @@ def sweep_scan(run: Run) -> None:
         for backend, configs in (("torch", [None]), ("triton", candidates)):
             for cfg in configs:
                 if cfg is not None:
-                    scan_triton.CONFIG = cfg
+                    scan_triton.CONFIG = scan_triton.FEW_ROWS_CONFIG = cfg
                 try:
                     fwd = statistics.median(timed(functools.partial(scan_call, inp, backend, False), dev, target_s=0.5))
                     both = statistics.median(timed(functools.partial(scan_call, inp, backend, True), dev, target_s=0.5))
@@ -262,8 +263,10 @@ def sweep_scan(run: Run) -> None:
                 )
                 if cfg is not None and batch == BATCH and (best is None or both < best[0]):
                     best = (both, cfg)
-    scan_triton.CONFIG = best[1] if best else scan_triton.ScanConfig()
-    run.blob["settings"]["triton_scan_config"] = scan_triton.CONFIG.__dict__
+    # the model runs use the package's row-count rule (``scan_triton.config_for``), recorded here
+    scan_triton.CONFIG, scan_triton.FEW_ROWS_CONFIG = defaults
+    run.blob["settings"]["triton_scan_config"] = {"many_rows": scan_triton.CONFIG.__dict__, "few_rows": scan_triton.FEW_ROWS_CONFIG.__dict__, "few_rows_max": scan_triton.FEW_ROWS}
+    run.blob["settings"]["triton_scan_sweep_best_batch8"] = best[1].__dict__ if best else None
     run.save()
 
 

@@ -169,3 +169,40 @@ def test_dataset_rank_table_from_checkpoints(tmp_path):
     assert set(table["method"]) == {"gg", "dgno-cell"}
     assert (table["n_images"] == 1).all() and (table["level"] == "z02").all()
     assert len(table) == 2 * 3 * 2  # methods × scales × T
+
+
+def test_gpu_speed_file_rows_and_tables(tmp_path):
+    """A bench_gpu_speed.py file: every mode becomes a row; graph replays carry no (understated) memory;
+    the paper-protocol table shows DGNO ÷ Restormer beside the paper's ratio."""
+    from dgno.report.cost import speed_tables
+
+    prov = {"device": "cuda: test GPU", "git_commit": "abc123", "time_utc": "2026-11-26T18:00:00+00:00"}
+
+    def inf(model, mode, ips, mb, size=256, batch=1, dtype="fp32"):
+        scan = "triton" if model.startswith("dgno") else None
+        return {"model": model, "scan_backend": scan, "size": size, "batch": batch, "dtype": dtype, "mode": mode, "images_per_second": ips, "peak_allocated_mb": mb}
+
+    blob = {
+        "provenance": prov,
+        "inference": [
+            inf("dgno-cell", "autograd", 27.0, 4096.0), inf("restormer", "autograd", 13.5, 12288.0),
+            inf("dgno-cell", "eager", 40.0, 400.0), inf("dgno-cell", "graphs", 60.0, 10.0), inf("restormer", "graphs", 30.0, 10.0),
+        ],
+        "train": [{"model": "dgno-cell", "scan_backend": "triton", "size": 256, "batch": 8, "dtype": "fp32", "seconds_per_iteration": 0.18, "iterations_per_second": 1 / 0.18, "peak_allocated_mb": 2048.0, "tag": None}],
+    }  # fmt: skip
+    (tmp_path / "gpu_speed_x.json").write_text(json.dumps(blob))
+    frame = load_bench_results([tmp_path / "gpu_speed_x.json"])
+    graphs = frame[frame["mode"] == "graphs"]
+    assert len(frame) == 6 and graphs["peak_memory_mb"].isna().all()
+    assert frame.loc[frame["mode"] == "autograd", "memory"].iloc[0] == "CUDA max_memory_allocated, forward with autograd on"
+    prows = {"s256": {"dgno": {"mem_gb": 4, "img_per_s": 27}, "restormer": {"mem_gb": 12, "img_per_s": 11}}}
+    tables = speed_tables(frame[frame["kind"] == "forward"], frame[frame["kind"] == "train"], prows, "gpu_speed_x.json", "cuda: test GPU")
+    protocol, inference, train = tables
+    ratio = dict(protocol.rows)["dgno-cell [scan: triton] ÷ Restormer"]
+    assert ratio[0].measured == pytest.approx(2.0) and ratio[0].paper == pytest.approx(27 / 11)
+    assert ratio[1].measured == pytest.approx(1 / 3) and ratio[1].paper == pytest.approx(4 / 12)
+    rows = dict(inference.rows)
+    assert rows["dgno-cell [scan: triton] (graphs)"][0].measured == 60.0  # the fastest mode, named
+    assert rows["dgno-cell [scan: triton] ÷ Restormer"][0].measured == pytest.approx(2.0)
+    assert train.rows[0][1][1].measured == pytest.approx(60000 * 0.18 / 3600)
+    assert "abc123" in protocol.caption and "autograd on" in protocol.caption

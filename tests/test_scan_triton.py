@@ -27,7 +27,7 @@ _SCRIPT = textwrap.dedent(
     from dgno.layers.selective_scan import selective_scan
 
     case = json.loads(sys.argv[1])
-    st.CONFIG = st.ScanConfig(block_l=case.pop("block_l"), channels=case.pop("channels"))
+    st.CONFIG = st.FEW_ROWS_CONFIG = st.ScanConfig(block_l=case.pop("block_l"), channels=case.pop("channels"))
     dtype = getattr(torch, case.pop("dtype"))
     b, d, n, L, G = (case.pop(k) for k in ("b", "d", "n", "L", "G"))
     g = torch.Generator().manual_seed(0)
@@ -104,3 +104,10 @@ def test_launch_shape_divides_the_group():
     assert scan_triton._launch_shape(96, 1, cfg) == (4, 24)
     assert scan_triton._launch_shape(6, 2, cfg) == (1, 6)  # 3 channels per group
     assert scan_triton._launch_shape(12, 2, cfg) == (2, 6)
+
+
+def test_config_follows_the_number_of_rows():
+    """Few (batch × channel) rows: one channel per program (more programs); many: the two-channel tiles."""
+    assert scan_triton.config_for(1, 96) == scan_triton.FEW_ROWS_CONFIG
+    assert scan_triton.config_for(8, 96) == scan_triton.CONFIG
+    assert scan_triton.FEW_ROWS_CONFIG.channels == 1 and scan_triton.CONFIG.channels == 2

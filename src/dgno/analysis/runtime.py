@@ -8,7 +8,11 @@ Two file layouts exist under ``benchmarks/results``:
 * ``benchmarks/bench_models.py`` output: ``{"device", "settings": {"forward_size"}, "models":
   {name: {forward_s, peak_rss_mb}}}``: one paper-scale forward pass per model, peak RSS;
 * ``benchmarks/bench_gpu_backends.py`` output: ``{"device", "forward": [{model, size,
-  scan_backend, images_per_second, peak_memory_mb}], "train": [dgno bench train rows]}``.
+  scan_backend, images_per_second, peak_memory_mb}], "train": [dgno bench train rows]}``;
+* ``benchmarks/bench_gpu_speed.py`` output: ``{"provenance", "inference": [{model, scan_backend,
+  size, batch, dtype, mode, images_per_second, peak_allocated_mb}], "train": [...]}``, where
+  ``mode`` says how the pass ran: "eager", "graphs" (CUDA-graph replay), "compile"
+  (torch.compile) or "autograd" (eager with autograd recording, the paper's memory protocol).
 
 All become rows with the file and device named, so no number is shown without its context.  A row
 timed with an explicit selective-scan backend names it after the model ("dgno-cell [scan:
@@ -23,7 +27,10 @@ from pathlib import Path
 
 import pandas as pd
 
-COLUMNS = ["file", "device", "kind", "model", "scale", "size", "batch", "amp_bf16", "images_per_second", "peak_memory_mb", "memory", "commit", "recorded_utc", "problem"]
+COLUMNS = [
+    "file", "device", "kind", "model", "scale", "size", "batch", "amp_bf16", "mode", "images_per_second", "seconds_per_iteration",
+    "peak_memory_mb", "memory", "commit", "recorded_utc", "problem",
+]  # fmt: skip
 
 
 def _memory_kind(device: str) -> str:
@@ -113,6 +120,46 @@ def _backend_rows(path: Path, blob: dict) -> list[dict]:
     return forward + _bench_rows(path, {"results": blob.get("train", []), **_origin(blob)})
 
 
+MODE_MEMORY = {
+    "eager": "CUDA max_memory_allocated, no autograd",
+    "autograd": "CUDA max_memory_allocated, forward with autograd on",
+    "train": "CUDA max_memory_allocated, training step",
+}
+
+
+def _speed_rows(path: Path, blob: dict) -> list[dict]:
+    """Rows of a ``bench_gpu_speed.py`` file: forward passes (every mode) and training steps.
+
+    CUDA-graph and compiled passes have no peak memory here: their memory is taken when the
+    graph is captured, before the benchmark resets the peak counter, so the recorded peak would
+    understate it.
+    """
+    prov = blob["provenance"]
+    base = {
+        "file": path.name,
+        "device": prov.get("device", "unknown"),
+        "scale": "paper",
+        "commit": str(prov.get("git_commit") or "unknown"),
+        "recorded_utc": str(prov.get("time_utc") or "unknown"),
+    }
+    rows = []
+    for r in blob.get("inference", []):
+        mode = r["mode"]
+        rows.append({
+            **base, "kind": "forward", "model": _model_label(r), "size": int(r["size"]), "batch": int(r["batch"]),
+            "amp_bf16": r["dtype"] == "bf16", "mode": mode, "images_per_second": float(r["images_per_second"]),
+            "peak_memory_mb": r.get("peak_allocated_mb") if mode in MODE_MEMORY else None, "memory": MODE_MEMORY.get(mode, "not recorded (see docstring)"),
+        })  # fmt: skip
+    for r in blob.get("train", []):
+        rows.append({
+            **base, "kind": "train", "model": _model_label(r), "size": int(r["size"]), "batch": int(r["batch"]),
+            "amp_bf16": r["dtype"] == "bf16", "mode": "train" + ("+tf32" if r.get("tag") == "tf32_matmul" else ""),
+            "images_per_second": r["batch"] * float(r["iterations_per_second"]), "seconds_per_iteration": float(r["seconds_per_iteration"]),
+            "peak_memory_mb": r.get("peak_allocated_mb"), "memory": MODE_MEMORY["train"],
+        })  # fmt: skip
+    return rows
+
+
 def load_bench_results(paths: Iterable[str | Path]) -> pd.DataFrame:
     """All benchmark rows of the given JSON files.
 
@@ -124,7 +171,9 @@ def load_bench_results(paths: Iterable[str | Path]) -> pd.DataFrame:
     for p in sorted(Path(x) for x in paths):
         try:
             blob = json.loads(p.read_text())
-            if isinstance(blob, dict) and isinstance(blob.get("results"), list):
+            if isinstance(blob, dict) and isinstance(blob.get("inference"), list) and "provenance" in blob:
+                rows += _speed_rows(p, blob)
+            elif isinstance(blob, dict) and isinstance(blob.get("results"), list):
                 rows += _bench_rows(p, blob)
             elif isinstance(blob, dict) and isinstance(blob.get("models"), dict):
                 rows += _models_rows(p, blob)

@@ -55,7 +55,8 @@ class ScanConfig:
     """Tile sizes of the kernels: ``channels`` per program × ``block_l`` tokens × N states.
 
     Chosen on an H100 by ``benchmarks/bench_gpu_speed.py`` (its ``scan_configs`` records every
-    candidate); ``channels`` is lowered automatically to a divisor of the channels per group.
+    candidate, see ``config_for``); ``channels`` is lowered automatically to a divisor of the
+    channels per group.
     """
 
     block_l: int = 128
@@ -63,7 +64,20 @@ class ScanConfig:
     num_warps: int = 4
 
 
+# Two tile shapes, picked by how many (batch × channel) rows there are to spread over the GPU
+# (benchmarks/results/gpu_speed_h100.json, "scan_configs", 96 channels × 65 536 tokens, H100):
+# batch 8 (768 rows): 2 channels × 128 tokens was fastest (forward + backward 12.5 ms; 1 × 256:
+# 14.3 ms); batch 1 (96 rows): 1 channel × 256 tokens (4.2 ms vs 6.0 ms), since two channels per
+# program left most multiprocessors idle.  CONFIG is the many-rows shape; FEW_ROWS_CONFIG is used
+# when batch × channels ≤ FEW_ROWS.
 CONFIG = ScanConfig()
+FEW_ROWS_CONFIG = ScanConfig(block_l=256, channels=1, num_warps=4)
+FEW_ROWS = 512
+
+
+def config_for(batch: int, channels: int) -> ScanConfig:
+    """The tile shape for a scan of ``batch`` × ``channels`` rows (see FEW_ROWS_CONFIG)."""
+    return FEW_ROWS_CONFIG if batch * channels <= FEW_ROWS else CONFIG
 
 
 def interpreting() -> bool:
@@ -230,7 +244,7 @@ class _TritonScan(torch.autograd.Function):
         u, delta, A, B4, C4 = (t.contiguous() for t in (u, delta, A, B4, C4))
         b, d, L = u.shape
         g, n = B4.shape[1], A.shape[1]
-        cfg = CONFIG
+        cfg = config_for(b, d)
         cb, programs = _launch_shape(d, g, cfg)
         n_chunks = max(1, -(-L // cfg.block_l))
         y = torch.empty_like(u)

@@ -67,7 +67,11 @@ def cost_section(config: dict, results: Path) -> Section:
     mcfg = config["methods"]
     ablated = {r["method"] for runs in config.get("ablation_runs", {}).values() for r in runs}
     methods = [m for m in mcfg if m not in ablated]  # grid points cost what their base method costs
-    sec = Section(id="cost", title="Model cost: PSNR vs parameters, FLOPs vs resolution (Fig. 1)", paper_source=load_paper("params_flops").get("source", ""))
+    sec = Section(
+        id="cost",
+        title="Model cost: PSNR vs parameters, FLOPs vs resolution (Fig. 1)",
+        paper_source=load_paper("params_flops").get("source", ""),
+    )
     sec.notes.append(
         "Parameters and FLOPs are counted here on the models this pipeline builds (1 input channel); the paper prints counts only "
         "for DGNO/GG/LG, and baseline counts from the baselines' own papers are shown beside ours where they could be confirmed "
@@ -88,7 +92,9 @@ def cost_section(config: dict, results: Path) -> Section:
                 "PSNR with printed parameter counts (never measured values; sources in results/tables/psnr_vs_params.csv)",
             )
         )
-    sec.figures.append(figure(results, "figures/cost_vs_resolution.png", "GMACs of one forward pass vs image size, per method (legend: parameters)"))
+    sec.figures.append(
+        figure(results, "figures/cost_vs_resolution.png", "GMACs of one forward pass vs image size, per method (legend: parameters)")
+    )
     return sec
 
 
@@ -111,9 +117,124 @@ def resolution_table(results: Path, methods: list[str], method_cfgs: dict[str, d
     return table
 
 
-BENCH_COMMAND = (
-    "dgno bench forward dgno-cell swinir restormer mpt --scale paper --sizes 128 256 384 512 --out benchmarks/results/forward_<device>.json; snakemake --cores 1 results/tables/runtime_memory.csv"
-)
+BENCH_COMMAND = "dgno bench forward dgno-cell swinir restormer mpt --scale paper --sizes 128 256 384 512 --out benchmarks/results/forward_<device>.json; snakemake --cores 1 results/tables/runtime_memory.csv"
+
+
+def _provenance(sub: pd.DataFrame, file: str, device: str) -> str:
+    commits = ", ".join(sorted({str(c) for c in sub["commit"].fillna("unknown")}))
+    dates = ", ".join(sorted({str(d)[:10] for d in sub["recorded_utc"].fillna("unknown")}))
+    return f"Recorded benchmark (not measured in this run): file benchmarks/results/{file}, commit {commits}, device {device}, recorded {dates}."
+
+
+def _ratio_to(sub: pd.DataFrame, model: str, reference: str, size: int, column: str) -> float | None:
+    a, b = sub[(sub["model"] == model) & (sub["size"] == size)], sub[(sub["model"] == reference) & (sub["size"] == size)]
+    if a.empty or b.empty or pd.isna(a[column].iloc[0]) or pd.isna(b[column].iloc[0]) or not b[column].iloc[0]:
+        return None
+    return float(a[column].iloc[0] / b[column].iloc[0])
+
+
+def _paper_ratio(prows: dict, size: float, metric: str) -> float | None:
+    row = prows.get(f"s{int(size)}", {})
+    a, b = row.get("dgno", {}).get(metric), row.get("restormer", {}).get(metric)
+    return a / b if a and b else None
+
+
+def speed_tables(forward: pd.DataFrame, train: pd.DataFrame, prows: dict, file: str, device: str) -> list[Table]:
+    """Tables of one ``bench_gpu_speed.py`` file: the paper's protocol, inference per batch/precision, training.
+
+    * paper protocol (mode "autograd"): batch 1, float32, forward with autograd on — the protocol whose
+      peak memory reproduces the paper's memory column — beside the paper's GB / img/s, with the
+      DGNO ÷ Restormer ratios beside the paper's ratios;
+    * inference without autograd, for each (batch, precision): each model's fastest way to run
+      (eager, CUDA-graph replay or torch.compile; the mode is named), and the ratios to Restormer;
+    * training steps: ms per iteration, hours per 60 k iterations, peak memory.
+    """
+    tables = []
+    dgno = [m for m in dict.fromkeys(forward["model"]) if str(m).startswith("dgno")]
+    auto = forward[forward["mode"] == "autograd"]
+    if not auto.empty:
+        sizes = sorted(int(n) for n in auto["size"].unique())
+        table = Table(columns=[(f"{int(n)} px", m) for n in sizes for m in ("img/s", "peak GB")])
+        for model, g in auto.groupby("model", sort=False):
+            g = g.assign(size=g["size"].astype(int)).set_index("size")
+            key = "dgno" if str(model).startswith("dgno") else str(model).split(" [")[0]
+            cells = []
+            for n, metric in table.columns:
+                size, pcell = int(n.split()[0]), prows.get(f"s{int(n.split()[0])}", {}).get(key, {})
+                if size not in g.index:
+                    cells.append(Cell(measured=None, paper=pcell.get("img_per_s" if metric == "img/s" else "mem_gb"), digits=2))
+                elif metric == "img/s":
+                    cells.append(Cell(measured=float(g.loc[size, "images_per_second"]), paper=pcell.get("img_per_s"), digits=2))
+                else:
+                    cells.append(Cell(measured=float(g.loc[size, "peak_memory_mb"]) / 1024, paper=pcell.get("mem_gb"), digits=2))
+            table.rows.append((str(model), cells))
+        for model in dgno:
+            cells = []
+            for n, metric in table.columns:
+                size = int(n.split()[0])
+                column, pmetric = ("images_per_second", "img_per_s") if metric == "img/s" else ("peak_memory_mb", "mem_gb")
+                cells.append(
+                    Cell(measured=_ratio_to(auto, model, "restormer", size, column), paper=_paper_ratio(prows, size, pmetric), digits=2)
+                )
+            table.rows.append((f"{model} ÷ Restormer", cells))
+        table.caption = (
+            "The paper's protocol, as found by the benchmark: batch 1, float32, eager forward pass with autograd on "
+            "(no torch.no_grad), peak CUDA memory allocated. Under it the measured memory matches the paper's column for "
+            "DGNO, Restormer and MPT (the other protocols recorded in the file's 'memory' list do not). "
+            "Paper values (below each measured value) are the paper's Table 11 (A100); ratio rows: the paper's DGNO ÷ Restormer. "
+            + _provenance(auto, file, device)
+        )
+        tables.append(table)
+    fast = forward[forward["mode"].isin(["eager", "graphs", "compile"])]
+    for (batch, bf16), sub in fast.groupby(["batch", "amp_bf16"], sort=True):
+        best = sub.sort_values("images_per_second").groupby(["model", "size"], as_index=False).last()
+        best["size"] = best["size"].astype(int)
+        sizes = sorted(best["size"].unique())
+        table = Table(columns=[(f"{int(n)} px", "img/s") for n in sizes])
+        for model, g in best.groupby("model", sort=False):
+            g = g.set_index("size")
+            table.rows.append(
+                (
+                    f"{model} ({'/'.join(dict.fromkeys(g['mode']))})",
+                    [Cell(measured=float(g.loc[n, "images_per_second"]) if n in g.index else None, digits=2) for n in sizes],
+                )
+            )
+        for model in dgno:
+            table.rows.append(
+                (
+                    f"{model} ÷ Restormer",
+                    [
+                        Cell(
+                            measured=_ratio_to(best, model, "restormer", n, "images_per_second"),
+                            paper=_paper_ratio(prows, n, "img_per_s"),
+                            digits=2,
+                        )
+                        for n in sizes
+                    ],
+                )
+            )
+        table.caption = (
+            f"Inference throughput without autograd, batch {int(batch)}, {'bfloat16 autocast' if bf16 else 'float32'}: each model's fastest "
+            "mode among eager, CUDA-graph replay (graphs) and torch.compile (compile), named after the model (SwinIR and MPT copy "
+            "host tensors inside forward and cannot be captured). DGNO uses the Triton selective scan. Ratio rows show the paper's "
+            "DGNO ÷ Restormer throughput ratio beside the measured one. " + _provenance(sub, file, device)
+        )
+        tables.append(table)
+    if not train.empty:
+        table = Table(columns=[("step", "ms/it"), ("60 k iterations", "hours"), ("peak", "GB")])
+        for r in train.itertuples():
+            label = f"{r.model}, batch {int(r.batch)} at {int(r.size)} px, {'bf16 autocast' if r.amp_bf16 else 'float32'}{', TF32 matmul' if '+tf32' in str(r.mode) else ''}"
+            sec_it = float(r.seconds_per_iteration)
+            gb = None if pd.isna(r.peak_memory_mb) else float(r.peak_memory_mb) / 1024
+            table.rows.append(
+                (
+                    label,
+                    [Cell(measured=1e3 * sec_it, digits=1), Cell(measured=60000 * sec_it / 3600, digits=2), Cell(measured=gb, digits=1)],
+                )
+            )
+        table.caption = "Training steps (forward, multi-scale L1 + FFT loss, backward, AdamW). " + _provenance(train, file, device)
+        tables.append(table)
+    return tables
 
 
 def runtime_section(results: Path) -> tuple[Section, bool]:
@@ -128,7 +249,11 @@ def runtime_section(results: Path) -> tuple[Section, bool]:
     forward = frame[frame["kind"] == "forward"] if not frame.empty else frame
     unread = frame[frame["kind"] == "unreadable"] if not frame.empty else frame
     if not unread.empty:
-        sec.notes.append("Benchmark files that could not be read (not shown): " + "; ".join(f"benchmarks/results/{r.file}: {r.problem}" for r in unread.itertuples()) + ".")
+        sec.notes.append(
+            "Benchmark files that could not be read (not shown): "
+            + "; ".join(f"benchmarks/results/{r.file}: {r.problem}" for r in unread.itertuples())
+            + "."
+        )
     if forward.empty:
         sec.notes.append(f"Not run: no benchmark results. Commands: {BENCH_COMMAND}")
         return sec, False
@@ -137,6 +262,11 @@ def runtime_section(results: Path) -> tuple[Section, bool]:
         "not measured by this run of the workflow. Each table says which file, commit, device and date."
     )
     prows = paper.get("rows", {})
+    modes = forward["mode"] if "mode" in forward else pd.Series(index=forward.index, dtype=object)
+    speed = forward[modes.notna()]
+    for (file, device), sub in speed.groupby(["file", "device"], sort=False):
+        sec.tables.extend(speed_tables(sub, frame[(frame["kind"] == "train") & (frame["file"] == file)], prows, file, str(device)))
+    forward = forward[modes.isna()]
     for (file, device), sub in forward.groupby(["file", "device"], sort=False):
         sizes = sorted(sub["size"].unique())
         table = Table(columns=[(f"{int(n)} px", m) for n in sizes for m in ("img/s", "peak GB")])
@@ -164,11 +294,17 @@ def runtime_section(results: Path) -> tuple[Section, bool]:
             + (" Paper values (GB / img/s, GPU and precision not stated in the paper) are shown below the measured ones." if gpu else "")
         )
         sec.tables.append(table)
-    train = frame[frame["kind"] == "train"]
+    train = frame[(frame["kind"] == "train") & ~frame["file"].isin(set(speed["file"]))]
     for _, r in train.iterrows():
         sec.notes.append(
             f"Training step ({r['file']}, {r['device']}): {r['model']} {r['scale']} scale, batch {r['batch']} at {r['size']} px"
             f"{', bf16 autocast' if r['amp_bf16'] else ''}: {r['images_per_second']:.1f} images/s, peak {r['peak_memory_mb'] / 1024:.1f} GB."
         )
-    sec.figures.append(figure(results, "figures/runtime_memory.png", "Forward-pass throughput and peak memory vs image size, per device (from the files named in the tables)"))
+    sec.figures.append(
+        figure(
+            results,
+            "figures/runtime_memory.png",
+            "Forward-pass throughput and peak memory vs image size, per device (from the files named in the tables)",
+        )
+    )
     return sec, True
