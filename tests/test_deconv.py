@@ -3,14 +3,33 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import tifffile
 import torch
 
 from dgno.optics.deconv import richardson_lucy_deconvolve, ring_deconvolve, smoothed_tv, wiener_deconvolve
-from dgno.optics.nonblind import REFERENCE_COEFFS, blur_dataset, calibrate, deconvolve_dataset
+from dgno.optics.nonblind import (
+    DEFAULT_NOISE,
+    DEFAULT_PARAMS,
+    REFERENCE_COEFFS,
+    bead_frame,
+    blur_dataset,
+    brute_force_blur,
+    calibrate,
+    camera_noise,
+    data_psf_size,
+    deconv_params,
+    deconvolve_dataset,
+    estimate_noise_sigma,
+    noise_settings,
+    resolve_params,
+    restore_image,
+    sensitivity,
+)
 from dgno.optics.ring import RingBlur
 from dgno.optics.seidel import SeidelCoefficients
 
@@ -84,6 +103,9 @@ def _write_dataset(root, shape=(64, 64)):
     (root / "manifest.json").write_text(json.dumps({"source": "test cells", "normalise": "minmax"}))
 
 
+NO_NOISE = {"photons": 0.0, "read_sigma": 0.0}
+
+
 def test_nonblind_pipeline(tmp_path):
     """calibrate → blur_dataset → deconvolve_dataset (all methods): files, layout, dtypes, ranges, JSON."""
     src = tmp_path / "src"
@@ -95,9 +117,10 @@ def test_nonblind_pipeline(tmp_path):
     saved = json.loads(calib_json.read_text())
     assert saved["coeffs"] == calib["coeffs"] and saved["fit"]["n_beads"] >= 3
     assert saved["coeffs"]["W311"] == 0.0 and saved["error"]["max_abs_error"] >= 0
+    assert saved["noise"] == {"photons": 2000.0, "read_sigma": 0.005}  # DEFAULT_NOISE: calibrated from noisy beads
 
     out = tmp_path / "seidel_data"
-    blur_dataset(src, out, calib_json, split="test")
+    blur_dataset(src, out, seidel={}, clean_dir=tmp_path / "clean", split="test")
     assert (out / "split.csv").read_text().splitlines() == ["id,split", "test_0000,test", "test_0001,test"]
     for ident in ("test_0000", "test_0001"):
         gt = tifffile.imread(out / "gt" / f"{ident}.tif")
@@ -106,13 +129,14 @@ def test_nonblind_pipeline(tmp_path):
         assert blurred.min() >= 0 and blurred.max() <= 1 and gt.max() == 1.0
         assert 15 < psnr(blurred, gt) < 45  # blurred, but the same scene
         assert (out / "labels" / f"{ident}.tif").exists()
+        assert (tmp_path / "clean" / f"{ident}.tif").exists()
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["normalise"] == "dtype" and "seidel" in manifest["levels"]
-    assert not list(tmp_path.glob("*.tmp-*"))
+    assert not list(tmp_path.glob("*.tmp-*")) and not (out / "_clean").exists()
 
     for method in ("wiener", "richardson_lucy", "ring"):
         restored = tmp_path / "restored" / method
-        deconvolve_dataset(out, calib_json, restored, method=method, ring_iterations=20, rl_iterations=5)
+        deconvolve_dataset(out, calib_json, restored, method=method, params={"ring": {"iterations": 20}, "richardson_lucy": {"iterations": 5}})
         files = sorted(p.name for p in restored.iterdir())
         assert files == ["settings.json", "test_0000.tif", "test_0001.tif"]
         img = tifffile.imread(restored / "test_0000.tif")
@@ -120,3 +144,129 @@ def test_nonblind_pipeline(tmp_path):
         assert json.loads((restored / "settings.json").read_text())["method"] == method
     with pytest.raises(ValueError, match="'wiener', 'richardson_lucy', 'ring'"):
         deconvolve_dataset(out, calib_json, tmp_path / "bad", method="tikhonov")
+
+
+def test_test_data_are_made_by_brute_force_superposition_not_by_the_deconvolution_operator(tmp_path, monkeypatch):
+    """No inverse crime: the blurred images are the per-pixel PSF superposition of the *true* coefficients;
+    the ring operator (what ring deconvolution inverts) is never called, and it differs from the data."""
+    src = tmp_path / "src"
+    _write_dataset(src)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("blur_dataset used the ring operator")
+
+    monkeypatch.setattr(RingBlur, "A", forbidden)
+    true = SeidelCoefficients(W040=0.1, W131=0.12, W222=0.08, W220=0.05, W311=0.0, W020=0.06)
+    out = blur_dataset(src, tmp_path / "d", seidel={"coeffs": true.as_dict(), "noise": NO_NOISE}, split="test")
+    monkeypatch.undo()
+    y = tifffile.imread(out / "blur" / "seidel" / "test_0000.tif")
+    x = tifffile.imread(out / "gt" / "test_0000.tif")
+    m = data_psf_size(true, (64, 64), 2.0)
+    reference = brute_force_blur(x[None], true, field_radius=32.0, psf_size=m)[0]
+    np.testing.assert_allclose(y, np.clip(reference, 0, 1), atol=1e-5)
+    # the ring model of the same (true!) coefficients is close but measurably different from the data
+    op = RingBlur(coeffs=true, image_shape=(64 + 2 * (m // 2),) * 2, field_radius=32.0, psf_size=m)
+    ring = op.A(torch.from_numpy(np.pad(x, m // 2, mode="symmetric"))[None, None])[0, 0, m // 2 : -(m // 2), m // 2 : -(m // 2)].numpy()
+    rel = np.linalg.norm(ring - reference) / np.linalg.norm(reference)
+    assert 1e-4 < rel < 0.05
+    level = json.loads((out / "manifest.json").read_text())["levels"]["seidel"]
+    assert "brute-force" in level["model"] and level["coeffs_true"] == true.as_dict()
+
+
+def test_noise_is_present_in_the_data_and_in_the_bead_frames(tmp_path):
+    """Poisson-Gaussian noise of the configured size: var(noisy − clean) ≈ mean(clean)/photons + read_sigma²."""
+    src = tmp_path / "src"
+    _write_dataset(src)
+    noise = {"photons": 500.0, "read_sigma": 0.01}
+    out = blur_dataset(src, tmp_path / "d", seidel={"noise": noise}, clean_dir=tmp_path / "clean", split="test")
+    y = tifffile.imread(out / "blur" / "seidel" / "test_0000.tif").astype(np.float64)
+    clean = tifffile.imread(tmp_path / "clean" / "test_0000.tif").astype(np.float64)
+    expected = np.sqrt(clean.mean() / noise["photons"] + noise["read_sigma"] ** 2)
+    assert np.std(y - clean) == pytest.approx(expected, rel=0.15)
+    assert json.loads((out / "manifest.json").read_text())["levels"]["seidel"]["noise"]["photons"] == 500.0
+    quiet = bead_frame(REFERENCE_COEFFS, image_shape=(64, 64), psf_size=25, oversampling=2.0, noise=NO_NOISE, seed=3).image
+    noisy = bead_frame(REFERENCE_COEFFS, image_shape=(64, 64), psf_size=25, oversampling=2.0, noise=noise, seed=3).image
+    background = noisy[quiet < 0.021]  # where no bead light falls: background 0.02 + noise only
+    assert np.std(background) == pytest.approx(np.sqrt(0.02 / 500 + 0.01**2), rel=0.25)
+
+
+def test_camera_noise_and_noise_estimate():
+    rng = np.random.default_rng(0)
+    flat = np.full((128, 128), 0.3)
+    for photons, read in ((0.0, 0.01), (1000.0, 0.0), (1000.0, 0.02)):
+        y = camera_noise(flat, photons=photons, read_sigma=read, rng=rng)
+        truth = np.sqrt((0.3 / photons if photons else 0.0) + read**2)
+        assert np.std(y) == pytest.approx(truth, rel=0.05)
+        assert estimate_noise_sigma(y) == pytest.approx(truth, rel=0.1)
+    smooth = cells((96, 96))  # a blurred-looking image with no noise: σ̂ near zero
+    assert estimate_noise_sigma(smooth) < 0.01
+
+
+def test_restoration_settings_come_from_the_config():
+    """deconv_params reads the config block; "auto" follows σ̂; code defaults equal the schema's."""
+    import yaml
+
+    from dgno.config import load_config
+
+    root = Path(__file__).resolve().parents[1]
+    nb = load_config(root / "config.yaml")["experiments"]["nonblind"]
+    raw = yaml.safe_load((root / "config.yaml").read_text())["experiments"]["nonblind"]
+    params = deconv_params(nb)
+    for method in ("wiener", "richardson_lucy", "ring"):
+        assert params[method] == {**DEFAULT_PARAMS[method], **raw[method]}
+    empty = load_config(root / "tests" / "smoke.yaml")
+    assert deconv_params({})["wiener"] == empty["experiments"]["nonblind"]["wiener"]  # schema default = code default
+    assert deconv_params({})["ring"] == {**empty["experiments"]["nonblind"]["ring"], "iterations": 300}
+    assert noise_settings({}) == DEFAULT_NOISE == load_config(root / "tests" / "smoke.yaml")["datasets"]["nuclei_seidel"]["seidel"]["noise"]
+    ring = {"lam": "auto", "lam_per_sigma": 0.7, "lam_min": 1e-4, "iterations": 5, "lr": 0.01}
+    assert resolve_params("ring", ring, 0.01)["lam"] == pytest.approx(7e-3)
+    assert resolve_params("ring", ring, 0.0)["lam"] == pytest.approx(1e-4)
+    assert resolve_params("ring", {**ring, "lam": 2e-3}, 0.01)["lam"] == 2e-3
+    assert resolve_params("wiener", {"balance": "auto", "balance_per_sigma": 3.0, "balance_min": 1e-3}, 0.01)["balance"] == pytest.approx(0.03)
+
+
+def test_deconvolve_dataset_uses_the_given_settings(tmp_path):
+    src = tmp_path / "src"
+    _write_dataset(src)
+    calib_json = tmp_path / "c.json"
+    calibrate(calib_json, coeffs_true=REFERENCE_COEFFS, image_size=64, seed=0, n_images=2, n_iter=30, n_starts=1)
+    data = blur_dataset(src, tmp_path / "d", seidel={}, split="test")
+    a = deconvolve_dataset(data, calib_json, tmp_path / "a", method="ring", params={"ring": {"lam": 1e-2, "iterations": 15}})
+    b = deconvolve_dataset(data, calib_json, tmp_path / "b", method="ring", params={"ring": {"lam_per_sigma": 2.0, "iterations": 15}})
+    sa, sb = (json.loads((p / "settings.json").read_text()) for p in (a, b))
+    assert sa["params"]["lam"] == 1e-2 and sa["params"]["iterations"] == 15
+    first = sb["per_image"]["test_0000"]
+    assert sb["params"]["lam"] == "auto" and first["lam"] == pytest.approx(max(3e-5, 2.0 * first["sigma_hat"]))
+    assert not np.array_equal(tifffile.imread(a / "test_0000.tif"), tifffile.imread(b / "test_0000.tif"))
+
+
+def test_ring_lambda_following_the_noise_beats_the_noise_free_default():
+    """With read noise σ = 0.01 the noise-free default λ = 3e-5 lets noise through; the auto rule does better."""
+    x = cells((64, 64), seed=2)
+    m = 12
+    clean = brute_force_blur(x[None], REFERENCE_COEFFS, field_radius=32.0, psf_size=25)[0]
+    y = camera_noise(clean, photons=2000.0, read_sigma=0.01, rng=np.random.default_rng(0))
+    op = RingBlur(coeffs=REFERENCE_COEFFS, image_shape=(64 + 2 * m, 64 + 2 * m), field_radius=32.0, psf_size=25)
+    fixed, _ = restore_image(y, "ring", op, {**DEFAULT_PARAMS["ring"], "lam": 3e-5, "iterations": 150})
+    auto, used = restore_image(y, "ring", op, {**DEFAULT_PARAMS["ring"], "iterations": 150})
+    assert used["lam"] > 1e-3
+    assert psnr(auto, x) > psnr(fixed, x) + 2
+
+
+def test_sensitivity_sweep(tmp_path):
+    src = tmp_path / "src"
+    _write_dataset(src)
+    calib_json = tmp_path / "c.json"
+    calibrate(calib_json, coeffs_true=REFERENCE_COEFFS, image_size=64, seed=0, n_images=2, n_iter=30, n_starts=1)
+    data = blur_dataset(src, tmp_path / "d", seidel={}, clean_dir=tmp_path / "clean", split="test")
+    rows = sensitivity(
+        data, tmp_path / "clean", calib_json, tmp_path / "s.csv", read_sigmas=[0.0, 0.03], photons=2000.0,
+        methods=["wiener"], restorers={"identity": lambda img: img},
+    )
+    frame = pd.read_csv(tmp_path / "s.csv")
+    assert set(frame["method"]) == {"input", "wiener", "identity"} and len(rows) == 6
+    psnrs = frame.pivot(index="read_sigma", columns="method", values="psnr")
+    assert psnrs.loc[0.03, "input"] < psnrs.loc[0.0, "input"] - 2  # more noise, lower PSNR
+    np.testing.assert_allclose(psnrs["identity"], psnrs["input"])
+    hats = frame.groupby("read_sigma")["sigma_hat"].first()
+    assert hats[0.03] == pytest.approx(0.03, rel=0.3)

@@ -126,3 +126,22 @@ def test_report_shows_every_paper_number_it_has(tmp_path, paper_cfg):
         assert f"results/figures/visual_{ds}.png" in section("main") or f"figures/visual_{ds}.png" in section("main"), ds
     protocol = section("protocol")
     assert "train.grad_clip" in protocol and "clip_grad_norm_(params, 0.01)" in protocol and "authors&#39; code" in protocol
+
+
+def test_nonblind_protocol_text_comes_from_the_config(tmp_path):
+    """The non-blind section's protocol notes quote the config's noise and restoration settings, not typed-in prose."""
+    import copy
+
+    from dgno.config import load_config
+    from dgno.report.downstream import nonblind_protocol
+
+    cfg = copy.deepcopy(load_config(ROOT / "config.yaml"))
+    ds = cfg["experiments"]["nonblind"]["dataset"]
+    cfg["datasets"][ds]["seidel"]["noise"] = {"photons": 1234.0, "read_sigma": 0.0077}
+    cfg["experiments"]["nonblind"]["ring"].update(lam_per_sigma=0.65, iterations=123)
+    cfg["experiments"]["nonblind"]["richardson_lucy"]["iterations"] = 17
+    text = " ".join(nonblind_protocol(cfg, tmp_path))
+    for value in ("1234 photo-electrons", "read sigma 0.0077", "0.65 x sigma_hat", "123 Adam steps", "17 iterations", "brute-force"):
+        assert value in text, value
+    cfg["experiments"]["nonblind"]["ring"]["lam"] = 0.002
+    assert "lambda 0.002," in " ".join(nonblind_protocol(cfg, tmp_path))

@@ -4,6 +4,7 @@ import json
 import re
 from glob import glob
 from pathlib import Path
+from types import SimpleNamespace
 
 from dgno.config import load_schema, validate_config
 
@@ -187,11 +188,40 @@ def experiment_summaries(name):
 
 
 def seidel_base_inputs(wildcards):
+    """The sharp images to blur; no calibration: the data are made with the true coefficients."""
     base = config["datasets"][wildcards.dataset]["base"]
     return {
         "split": f"results/data/{base}/split.csv",
         "gt": f"results/data/{base}/gt",
-        "calibration": f"results/nonblind/{wildcards.dataset}/calibration.json",
+    }
+
+
+def seidel_data_settings(wildcards):
+    """What the blurred data depend on: the true coefficients and the camera noise (not the calibration's frame count)."""
+    seidel = config["datasets"][wildcards.dataset].get("seidel", {})
+    return canonical(
+        {k: seidel[k] for k in ("coeffs", "convention", "noise") if k in seidel}
+    )
+
+
+def deconv_settings():
+    """Wiener / Richardson-Lucy / ring settings of experiments.nonblind (schema defaults filled)."""
+    nb = EXPERIMENTS.get("nonblind", {})
+    return canonical({m: nb.get(m, {}) for m in ("wiener", "richardson_lucy", "ring")})
+
+
+def sensitivity_inputs(wildcards):
+    """Noise-free blurred test images, the calibration and the blind networks of experiments.nonblind."""
+    ds = wildcards.dataset
+    methods = EXPERIMENTS.get("nonblind", {}).get("methods", [])
+    return {
+        "split": f"results/data/{ds}/split.csv",
+        "gt": f"results/data/{ds}/gt",
+        "clean": f"results/nonblind/{ds}/clean",
+        "calibration": f"results/nonblind/{ds}/calibration.json",
+        "models": [
+            trained_model(SimpleNamespace(dataset=ds, method=m)) for m in methods
+        ],
     }
 
 
@@ -286,6 +316,8 @@ def report_inputs():
         files += [
             "results/tables/nonblind.csv",
             f"results/nonblind/{ds}/calibration.json",
+            f"results/data/{ds}/manifest.json",
+            f"results/figures/nonblind_sensitivity_{ds}.png",
             f"results/figures/visual_{ds}.png",
             f"results/figures/training_curves_{ds}.png",
         ]

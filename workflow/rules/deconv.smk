@@ -1,4 +1,5 @@
-# Stage 6: the Seidel-PSF non-blind comparison — calibration, ring (LRI) blur, deconvolution.
+# Stage 6: the Seidel-PSF non-blind comparison — calibration from noisy beads, brute-force Seidel blur
+# plus camera noise (not the deconvolution operator), deconvolution, and the noise-sensitivity sweep.
 
 
 rule seidel_calibration:
@@ -28,6 +29,7 @@ rule seidel_blur:
         gt=directory("results/data/{dataset}/gt"),
         blur=directory("results/data/{dataset}/blur/seidel"),
         manifest="results/data/{dataset}/manifest.json",
+        clean=directory("results/nonblind/{dataset}/clean"),
     log:
         "results/logs/nonblind/{dataset}/blur.log",
     benchmark:
@@ -37,6 +39,8 @@ rule seidel_blur:
     conda:
         "../../envs/dgno.yaml"
     params:
+        seidel=seidel_data_settings,
+        seed=config["seed"],
         device=config["device"],
     script:
         "../scripts/seidel_blur.py"
@@ -66,9 +70,38 @@ rule deconvolve:
         evaluate=canonical(
             {k: config["evaluate"][k] for k in ("tile", "overlap", "lpips")}
         ),
-        ring_iterations=config["experiments"]
-        .get("nonblind", {})
-        .get("ring_iterations", 300),
+        deconv=deconv_settings(),
         device=config["device"],
     script:
         "../scripts/deconvolve.py"
+
+
+rule nonblind_sensitivity:
+    input:
+        unpack(sensitivity_inputs),
+    output:
+        "results/nonblind/{dataset}/sensitivity.csv",
+    log:
+        "results/logs/nonblind/{dataset}/sensitivity.log",
+    benchmark:
+        "results/benchmarks/nonblind_sensitivity/{dataset}.tsv"
+    wildcard_constraints:
+        dataset=one_of(SEIDEL),
+    conda:
+        "../../envs/dgno.yaml"
+    resources:
+        gpu=1 if config["device"] != "cpu" else 0,
+    params:
+        deconv=deconv_settings(),
+        deconvolution=DECONVOLUTION,
+        read_sigmas=config["experiments"]
+        .get("nonblind", {})
+        .get("sensitivity_read_sigmas", []),
+        seidel=seidel_data_settings,
+        evaluate=canonical(
+            {k: config["evaluate"][k] for k in ("tile", "overlap", "blend")}
+        ),
+        seed=config["seed"],
+        device=config["device"],
+    script:
+        "../scripts/nonblind_sensitivity.py"

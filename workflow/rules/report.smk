@@ -228,6 +228,31 @@ rule figure_synthetic:
         "../scripts/figure_synthetic.py"
 
 
+rule figure_nonblind_sensitivity:
+    input:
+        "results/nonblind/{dataset}/sensitivity.csv",
+    output:
+        report(
+            "results/figures/nonblind_sensitivity_{dataset}.png",
+            caption="../report/nonblind_sensitivity.rst",
+            category="Non-blind comparison",
+        ),
+    log:
+        "results/logs/figures/nonblind_sensitivity_{dataset}.log",
+    wildcard_constraints:
+        dataset=one_of(SEIDEL),
+    conda:
+        "../../envs/report.yaml"
+    params:
+        labels={**method_labels(METHODS), **DECONV_LABELS, "input": "Blurred input"},
+        read_sigma=lambda wc: config["datasets"][wc.dataset]
+        .get("seidel", {})
+        .get("noise", {})
+        .get("read_sigma"),
+    script:
+        "../scripts/figure_nonblind_sensitivity.py"
+
+
 rule model_summary:
     output:
         report(
@@ -271,6 +296,11 @@ rule operators:
 rule nonblind:
     input:
         "results/tables/nonblind.csv",
+        [
+            f"results/figures/nonblind_sensitivity_{EXPERIMENTS['nonblind']['dataset']}.png"
+        ]
+        if "nonblind" in EXPERIMENTS
+        else [],
 
 
 rule synthetic:

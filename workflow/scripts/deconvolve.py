@@ -1,5 +1,6 @@
 """Rule `deconvolve`: non-blind restoration (Wiener / Richardson-Lucy with the centre PSF, or ring
-deconvolution with the spatially varying PSFs), then the same scoring as every other method."""
+deconvolution with the spatially varying PSFs) with the config's settings, then the same scoring as
+every other method."""
 
 import sys
 from pathlib import Path
@@ -21,8 +22,8 @@ deconvolve_dataset(
     sm.input.calibration,
     sm.output.restored,
     method=sm.wildcards.deconv,
+    params=sm.params.deconv,
     level=sm.wildcards.level,
-    ring_iterations=sm.params.ring_iterations,
     device=str(pick_device(sm.params.device)),
 )
 score_dataset(

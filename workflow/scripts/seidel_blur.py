@@ -1,4 +1,5 @@
-"""Rule `seidel_blur`: blur every sharp image of the base dataset with the ring forward model."""
+"""Rule `seidel_blur`: blur every sharp image of the base dataset by brute-force Seidel PSF superposition
+(true coefficients) and add camera noise; keep the noise-free test images for the sensitivity sweep."""
 
 import sys
 from pathlib import Path
@@ -15,7 +16,9 @@ from dgno.train import pick_device  # noqa: E402
 blur_dataset(
     Path(sm.input.split).parent,
     Path(sm.output.split).parent,
-    sm.input.calibration,
+    seidel=sm.params.seidel,
+    clean_dir=sm.output.clean,
     split=None,
+    seed=sm.params.seed,
     device=str(pick_device(sm.params.device)),
 )

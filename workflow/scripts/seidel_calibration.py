@@ -1,4 +1,4 @@
-"""Rule `seidel_calibration`: fit Seidel coefficients to synthetic bead images (dgno.optics.nonblind)."""
+"""Rule `seidel_calibration`: fit Seidel coefficients to noisy synthetic bead frames (dgno.optics.nonblind)."""
 
 import sys
 from pathlib import Path
@@ -9,7 +9,7 @@ import _log  # noqa: E402
 _log.redirect(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
 
-from dgno.optics.nonblind import calibrate, true_coefficients  # noqa: E402
+from dgno.optics.nonblind import calibrate, noise_settings, true_coefficients  # noqa: E402
 
 seidel = sm.params.seidel
 result = calibrate(
@@ -18,5 +18,6 @@ result = calibrate(
     image_size=tuple(sm.params.image_size),
     seed=sm.params.seed,
     n_images=seidel.get("calibration_images", 4),
+    noise=noise_settings(seidel),
 )
 print("fit error:", result["error"], flush=True)

@@ -425,3 +425,27 @@ def lam_maps(views: Sequence, out_png: str | Path, *, title: str) -> None:
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     save_figure(fig, out_png)
+
+
+def noise_sensitivity(frame: pd.DataFrame, out_png: str | Path, *, labels: dict[str, str], title: str, operating_sigma: float | None = None) -> None:
+    """Mean PSNR against the camera's read-noise σ, one line per method (``nonblind.sensitivity``'s CSV).
+
+    frame columns: read_sigma, method, psnr.  labels: method → legend text.  operating_sigma: the σ of the
+    non-blind table's data, marked by a dotted line so the figure and the table can be read together.
+    """
+    fig, ax = plt.subplots(figsize=(4.8, 3.4))
+    methods = list(dict.fromkeys(frame["method"]))
+    palette = sns.color_palette("colorblind", len(methods))
+    markers = "osD^v<>ph*"
+    for i, method in enumerate(methods):
+        sub = frame[frame["method"] == method].sort_values("read_sigma")
+        style = dict(ls="--", color="0.4") if method == "input" else dict(color=palette[i])
+        ax.plot(sub["read_sigma"], sub["psnr"], marker=markers[i % len(markers)], ms=4, lw=1.2, label=labels.get(method, method), **style)
+    if operating_sigma is not None:
+        ax.axvline(float(operating_sigma), color="0.6", lw=0.8, ls=":", label="table's noise level")
+    sigmas = sorted(frame["read_sigma"].unique())
+    ax.set_xticks(sigmas, [f"{v:g}" for v in sigmas])
+    ax.set(xlabel="read-noise σ (shot noise fixed)", ylabel="PSNR (dB)", title=title)
+    ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    sns.despine(fig)
+    save_figure(fig, out_png)
