@@ -227,7 +227,8 @@ def robustness_section(config: dict, summaries: pd.DataFrame) -> Section:
         f"Models trained on {trained} (per-image photometry: {_ranges(train_ph)}; photons log-uniform). "
         f"Scored on {ood}: the same test scenes and blur levels ({', '.join(levels)}) with photometry "
         f"{_ranges({k: ood_ph[k] for k in outside})} — outside the training range in {', '.join(outside)}; the other keys as in training. "
-        "Both sets are min-max normalised per image (the BBBC006 protocol) before scoring."
+        "Both sets are min-max normalised per image (the BBBC006 protocol) before scoring. "
+        "Rerun: snakemake --cores all results/tables/robustness.csv"
     )
     groups = [(f"in range: {trained}", trained), (f"out of range: {ood}", ood)]
     table = Table(columns=[(g, m) for g, _ in groups for m in ("psnr", "psnr_gain_input")])
