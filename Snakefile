@@ -50,6 +50,7 @@ localrules:
     table_operators,
     table_synthetic,
     table_nonblind,
+    table_robustness,
     table_ablation,
     table_experiment,
     edge_band_definition,

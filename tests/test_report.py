@@ -145,3 +145,24 @@ def test_nonblind_protocol_text_comes_from_the_config(tmp_path):
         assert value in text, value
     cfg["experiments"]["nonblind"]["ring"]["lam"] = 0.002
     assert "lambda 0.002," in " ".join(nonblind_protocol(cfg, tmp_path))
+
+
+def test_robustness_section_gives_each_model_beside_the_blurred_input(tmp_path):
+    """The robustness table: PSNR in range and out of range, each with its gain over the blurred input of
+    the same set; a model below the input out of range is named in the verdict; a missing cell says how to run it."""
+    cfg = load_config(ROOT / "config.yaml")
+    exp = cfg["experiments"]["robustness"]
+    ood, trained = exp["dataset"], cfg["datasets"][exp["dataset"]]["trained_on"]
+    results = tmp_path / "results"
+    (lvl,) = cfg["datasets"][ood]["test_levels"]
+    for ds, base in ((trained, 30.0), (ood, 20.0)):
+        _summary(results, ds, "input", lvl, base)
+        _summary(results, ds, "gg", lvl, base + 2.0)
+        _summary(results, ds, "dgno-cell", lvl, base + (3.0 if ds == trained else -1.5))
+    build_report(cfg, results, tmp_path / "index.html")
+    sec = (tmp_path / "index.html").read_text().split('id="robustness"')[1].split("</section>")[0]
+    row = re.search(r"<tr><td>DGNO-Cell</td>(.*?)</tr>", sec, re.S).group(1)
+    assert re.findall(r'<span class="m">([^<]*)</span>', row) == ["33.00", "3.00", "18.50", "-1.50"]
+    assert "1 of 2 models score below the blurred input out of range: DGNO-Cell." in sec
+    assert f"results/eval/{ood}/nafnet/{lvl}/summary.json" in sec  # not run: the command
+    assert "photons 15–25" in sec and "background 0.35–0.5" in sec

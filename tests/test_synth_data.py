@@ -14,6 +14,8 @@ from dgno.data import demo, synth
 from dgno.data.demo import write_demo_dataset
 
 LEVELS = {"mild": [0.6, 1.2], "medium": [2.0, 3.0], "strong": [5.0, 7.0]}
+# A flat, bright-enough microscope: no haze, even illumination, so the scene checks see the nuclei alone.
+FLAT = synth.Photometry(background=0.05, offset=0.0, photons=1000.0, read_noise=2.0, haze=0.0, haze_blur=4.0, illumination=0.0)
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -50,9 +52,11 @@ def test_generators_are_deterministic_by_seed():
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_nuclei_labels_are_consistent_instances(seed):
-    clean, labels = synth.render_nuclei((128, 128), n_nuclei=12, seed=seed, noise=False)
-    noisy, labels_noisy = synth.render_nuclei((128, 128), n_nuclei=12, seed=seed)
+    clean, labels = synth.render_nuclei((128, 128), n_nuclei=12, seed=seed, noise=False, photometry=FLAT)
+    noisy, labels_noisy = synth.render_nuclei((128, 128), n_nuclei=12, seed=seed, photometry=FLAT)
     np.testing.assert_array_equal(labels, labels_noisy)  # noise never changes the scene
+    _, labels_other = synth.render_nuclei((128, 128), n_nuclei=12, seed=seed)  # nor does the photometry
+    np.testing.assert_array_equal(labels, labels_other)
     ids = np.unique(labels[labels > 0])
     assert 8 <= ids.size <= 12
     np.testing.assert_array_equal(ids, np.arange(1, ids.size + 1))  # consecutive ids
@@ -82,6 +86,170 @@ def test_defocus_sigma_range_grows_with_dz():
         assert lo2 > lo1 and hi2 > hi1
     with pytest.raises(ValueError, match="dz"):
         synth.defocus_sigma_range(-1)
+
+
+# ----------------------------------------------------------------------------- photometry
+
+
+def _flat(**kw) -> synth.Photometry:
+    return synth.Photometry(**{**FLAT.to_dict(), "illumination_centre": (0.5, 0.5), **kw})
+
+
+def test_photometry_sampling_honours_ranges():
+    """Every drawn value lies in its range; photons spread log-uniformly (half below the geometric mean),
+    the others uniformly (half below the midpoint); a degenerate range gives exactly its value."""
+    ranges = {"background": [0.1, 0.5], "photons": [10.0, 1000.0], "haze": [0.2, 0.2]}
+    draws = [synth.sample_photometry([7, i], ranges) for i in range(400)]
+    full = synth.photometry_ranges(ranges)
+    for key, (lo, hi) in full.items():
+        values = np.array([getattr(d, key) for d in draws])
+        assert values.min() >= lo and values.max() <= hi, key
+    photons = np.array([d.photons for d in draws])
+    assert 0.4 < np.mean(photons < 100.0) < 0.6  # geometric mean of 10 and 1000
+    assert photons.min() < 15 and photons.max() > 700
+    assert 0.4 < np.mean(np.array([d.background for d in draws]) < 0.3) < 0.6
+    assert {d.haze for d in draws} == {0.2}
+    centres = np.array([d.illumination_centre for d in draws])
+    assert centres.min() >= 0 and centres.max() <= 1 and centres.std(axis=0).min() > 0.2
+    assert synth.sample_photometry([7, 0], ranges) == draws[0]  # a seed names a photometry
+
+
+def test_photometry_ranges_reject_bad_input():
+    with pytest.raises(ValueError, match="photometry key 'gain' is unknown"):
+        synth.photometry_ranges({"gain": [1, 2]})
+    with pytest.raises(ValueError, match=r"photometry.photons=\[300, 30\]: must be \[lo, hi\]"):
+        synth.photometry_ranges({"photons": [300, 30]})
+    with pytest.raises(ValueError, match="photons=0.0: must be > 0"):
+        synth.photometry_ranges({"photons": [0, 30]})
+    with pytest.raises(ValueError, match="illumination=1.0: must be in"):
+        synth.photometry_ranges({"illumination": [0.5, 1.0]})
+
+
+def test_camera_noise_is_poisson_gaussian_with_offset():
+    """mean = x + offset, variance = x / photons + (read_noise / photons)², on a flat field of 256² pixels."""
+    x = np.full((256, 256), 0.2, dtype=np.float32)
+    p = _flat(photons=50.0, read_noise=3.0, offset=0.05)
+    y = synth.add_camera_noise(x, seed=1, photometry=p).astype(np.float64)
+    assert abs(y.mean() - 0.25) < 0.002
+    assert y.var() == pytest.approx(0.2 / 50 + (3.0 / 50) ** 2, rel=0.05)
+    bright = synth.add_camera_noise(x, seed=1, photometry=_flat(photons=3000.0, read_noise=3.0, offset=0.05))
+    assert bright.var() < y.var() / 30  # more photons, less noise
+    # The offset keeps the read noise of a dark field from clipping at 0: without it the mean is biased up.
+    dark = np.zeros((256, 256), dtype=np.float32)
+    with_offset = synth.add_camera_noise(dark, seed=2, photometry=_flat(photons=50.0, read_noise=3.0, offset=0.1))
+    without = synth.add_camera_noise(dark, seed=2, photometry=_flat(photons=50.0, read_noise=3.0, offset=0.0))
+    assert abs(with_offset.mean() - 0.1) < 0.003 and (with_offset == 0).mean() < 0.06  # 0.1 = 1.7 read-noise sigmas
+    assert without.mean() > 0.015 and (without == 0).mean() > 0.4
+
+
+def test_background_and_illumination():
+    """No nuclei: the clean image is background · illumination, 1 on the optical axis and 1 − u at the
+    farthest field point (a corner)."""
+    clean, labels = synth.render_nuclei((65, 65), n_nuclei=0, seed=0, noise=False, photometry=_flat(background=0.3))
+    np.testing.assert_allclose(clean, 0.3, rtol=1e-6)
+    assert labels.max() == 0
+    p = _flat(background=0.3, illumination=0.25, illumination_centre=(0.5, 0.5))
+    shaded, _ = synth.render_nuclei((65, 65), n_nuclei=0, seed=0, noise=False, photometry=p)
+    assert shaded.max() == pytest.approx(0.3, rel=1e-6) and shaded[32, 32] == shaded.max()
+    assert shaded.min() == pytest.approx(0.3 * 0.75, rel=1e-6) and shaded[0, 0] == shaded.min()
+    off = synth.illumination_field((65, 65), _flat(illumination=0.25, illumination_centre=(0.0, 1.0)))
+    assert off[0, 64] == 1.0 and off[64, 0] == pytest.approx(0.75)  # the axis may sit anywhere in the field
+
+
+def test_haze_is_smooth_out_of_focus_light_that_scales_with_its_range():
+    """Haze = blurred nuclei of other planes: absent at haze 0, linear in haze, smooth (no in-focus edges),
+    independent of the in-focus scene and labels."""
+    kw = dict(n_nuclei=6, seed=[3, 3])
+    none = synth.haze((96, 96), photometry=_flat(haze=0.0), **kw)
+    half = synth.haze((96, 96), photometry=_flat(haze=0.2, haze_blur=5.0), **kw)
+    full = synth.haze((96, 96), photometry=_flat(haze=0.4, haze_blur=5.0), **kw)
+    assert not none.any() and half.max() > 0.01
+    np.testing.assert_allclose(full, 2 * half, rtol=1e-12)
+    assert np.abs(np.diff(full, axis=0)).max() < 0.15 * full.max()  # no sharp edge anywhere
+    sharper = synth.haze((96, 96), photometry=_flat(haze=0.4, haze_blur=1.0), **kw)
+    assert np.abs(np.diff(sharper, axis=0)).max() > 2 * np.abs(np.diff(full, axis=0)).max()
+    a, la = synth.render_nuclei((96, 96), n_nuclei=6, seed=3, noise=False, photometry=_flat(background=0.0))
+    b, lb = synth.render_nuclei((96, 96), n_nuclei=6, seed=3, noise=False, photometry=_flat(background=0.0, haze=0.3))
+    np.testing.assert_array_equal(la, lb)
+    far = ~ndimage.binary_dilation(la > 0, iterations=4)
+    assert (b[far] - a[far]).mean() > 0.003  # haze brightens the background between in-focus nuclei
+
+
+def test_exposure_avoids_saturation():
+    """A bright background plus haze would exceed the camera's range: the exposure shortens so the brightest
+    pixel plus the offset sits at 1, never clipped; a dim scene keeps its exposure."""
+    p = _flat(background=0.3, haze=0.4, offset=0.1)
+    clean, _ = synth.render_nuclei((96, 96), n_nuclei=6, seed=4, noise=False, photometry=p)
+    assert clean.max() == pytest.approx(0.9, rel=1e-6)
+    dim, _ = synth.render_nuclei((96, 96), n_nuclei=0, seed=4, noise=False, photometry=_flat(background=0.2))
+    np.testing.assert_allclose(dim, 0.2, rtol=1e-6)
+
+
+def test_schema_defaults_are_the_generator_defaults():
+    from dgno.config import load_schema
+
+    props = load_schema()["properties"]["datasets"]["additionalProperties"]["properties"]["photometry"]["properties"]
+    assert {k: tuple(float(x) for x in v["default"]) for k, v in props.items()} == synth.PHOTOMETRY_RANGES
+
+
+def test_demo_photometry_from_config_ranges(tmp_path):
+    """The dataset writer draws each image's photometry in the given ranges, records it, renders the same
+    in-focus scenes whatever the ranges, and the blur stage adds the noise of that image's own photometry."""
+    kwargs = dict(kind="nuclei", size=(64, 64), n_train=2, n_test=2, levels={"z": [1.0, 1.5]}, seed=3, correlation_length=8.0, progress=False)
+    dim = {"background": [0.35, 0.5], "photons": [15.0, 25.0]}
+    low = write_demo_dataset(tmp_path / "low", photometry=dim, **kwargs)
+    high = write_demo_dataset(tmp_path / "high", photometry={"photons": [2000.0, 3000.0], "background": [0.02, 0.05]}, **kwargs)
+    ph = json.loads((low / "manifest.json").read_text())["photometry"]
+    assert ph["ranges"]["background"] == [0.35, 0.5] and ph["ranges"]["haze"] == list(synth.PHOTOMETRY_RANGES["haze"])
+    for values in ph["images"].values():
+        for key, (lo, hi) in ph["ranges"].items():
+            assert lo <= values[key] <= hi, key
+    for ident in ph["images"]:
+        np.testing.assert_array_equal(tifffile.imread(low / "labels" / f"{ident}.tif"), tifffile.imread(high / "labels" / f"{ident}.tif"))
+
+    def noise(path: Path) -> float:  # high-pass residual of a min-max normalised image
+        x = _unit(tifffile.imread(path))
+        return float(np.std(x - ndimage.uniform_filter(x, 3)))
+
+    for ident in ph["images"]:
+        for folder in ("gt", "blur/z"):
+            assert noise(low / folder / f"{ident}.tif") > 3 * noise(high / folder / f"{ident}.tif"), (ident, folder)
+        # background between the nuclei, relative to the nuclei after per-image min-max: brighter at low/
+        labels = tifffile.imread(low / "labels" / f"{ident}.tif")
+        far = ~ndimage.binary_dilation(labels > 0, iterations=4)
+        assert np.median(_unit(tifffile.imread(low / "gt" / f"{ident}.tif"))[far]) > np.median(
+            _unit(tifffile.imread(high / "gt" / f"{ident}.tif"))[far]
+        )
+
+
+def test_demo_and_config_robustness_set_lies_outside_the_training_range():
+    """config.yaml's robustness set: brighter background and fewer photons than the training range;
+    a robustness set inside the training range, or a test-only set without trained_on, is refused."""
+    import copy
+
+    import yaml
+
+    from dgno.config import ConfigError, validate_config
+
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
+    cfg = validate_config(raw)
+    ood = cfg["datasets"][cfg["experiments"]["robustness"]["dataset"]]
+    train = cfg["datasets"][ood["trained_on"]]["photometry"]
+    assert ood["photometry"]["background"][0] > train["background"][1]
+    assert ood["photometry"]["photons"][1] < train["photons"][0]
+    assert train == {k: list(v) for k, v in synth.PHOTOMETRY_RANGES.items()}  # the demo trains on the defaults
+    inside = copy.deepcopy(raw)
+    inside["datasets"]["nuclei_ood"]["photometry"] = {"background": [0.1, 0.2]}
+    with pytest.raises(ConfigError, match="nuclei_ood.photometry: no range lies outside"):
+        validate_config(inside)
+    orphan = copy.deepcopy(raw)
+    del orphan["datasets"]["nuclei_ood"]["trained_on"]
+    with pytest.raises(ConfigError, match="nuclei_ood.n_train: 0 needs trained_on"):
+        validate_config(orphan)
+    bad = copy.deepcopy(raw)
+    bad["datasets"]["nuclei"]["photometry"] = {"photons": [3000, 30]}
+    with pytest.raises(ConfigError, match=r"datasets.nuclei.photometry: photometry.photons=\[3000, 30\]"):
+        validate_config(bad)
 
 
 # ----------------------------------------------------------------------------- dataset writer
@@ -120,7 +288,9 @@ def test_layout_and_manifest(nuclei_dir):
     assert manifest["sigma_map"]["correlation_length"] == 8.0 and "scaling" in manifest["sigma_map"]
     assert manifest["sigma_units"].startswith("pixels")
     assert manifest["render"]["n_nuclei"] == demo.n_nuclei_for((64, 72))
-    assert manifest["noise"]["photons"] == synth.PHOTONS
+    ph = manifest["photometry"]
+    assert ph["ranges"] == {k: list(v) for k, v in synth.PHOTOMETRY_RANGES.items()}
+    assert sorted(ph["images"]) == sorted(ids)
     assert not list(nuclei_dir.parent.glob("nuclei.tmp-*"))
 
 

@@ -135,3 +135,19 @@ def test_forced_rerun_of_a_trained_model_trains_again(smoke_run):
     assert "already finished (a rerun trains anew)" in (smoke_run / "results" / "logs" / "train" / "nuclei" / "gg.log").read_text()
     rows = (run / "train_metrics.csv").read_text().splitlines()[1:]
     assert int(rows[0].split(",")[0]) < int(rows[-1].split(",")[0])  # a whole fresh curve, from the start
+
+
+def test_robustness_table_scores_the_trained_models_on_out_of_range_photometry(smoke_run):
+    """The out-of-range set is generated with its own photometry, scored with the nuclei models (no training
+    of its own), and tabulated beside the blurred input, in range and out of range."""
+    import json
+
+    ood = smoke_run / "results/data/nuclei_ood"
+    ph = json.loads((ood / "manifest.json").read_text())["photometry"]
+    assert all(0.35 <= v["background"] <= 0.5 and 15 <= v["photons"] <= 25 for v in ph["images"].values())
+    assert not (smoke_run / "results/train/nuclei_ood").exists()
+    frame = pd.read_csv(smoke_run / "results" / "tables" / "robustness.csv")
+    assert set(zip(frame.dataset, frame.method)) == {(d, m) for d in ("nuclei", "nuclei_ood") for m in ("gg", "dgno-cell", "input")}
+    section = (smoke_run / "report" / "index.html").read_text().split('id="robustness"')[1].split("</section>")[0]
+    row = re.search(r"<tr><td>DGNO-Cell</td>(.*?)</tr>", section, re.S)
+    assert row and len(re.findall(r'<span class="m">[-0-9.]+</span>', row.group(1))) == 4  # psnr and gain, in and out of range

@@ -30,9 +30,10 @@ def _key(path) -> str:
 
 
 def _resolve(schema: dict, sub: dict) -> dict:
+    """A property with its $ref definition filled in; keys beside the $ref (default, description) win."""
     ref = sub.get("$ref")
     if ref and ref.startswith("#/definitions/"):
-        return schema["definitions"][ref.split("/")[-1]]
+        return {**schema["definitions"][ref.split("/")[-1]], **{k: v for k, v in sub.items() if k != "$ref"}}
     return sub
 
 
@@ -178,6 +179,15 @@ def _check_references(cfg: dict) -> None:
             _check_paired_dataset(cfg, name, ds)
         elif "levels" not in ds:
             raise ConfigError(f"config key datasets.{name}.levels: required for source {ds['source']!r}")
+        if ds["source"] == "demo_nuclei":
+            from dgno.data.synth import photometry_ranges
+
+            try:
+                photometry_ranges(ds["photometry"])
+            except ValueError as err:
+                raise ConfigError(f"config key datasets.{name}.photometry: {err}") from None
+        if ds.get("n_train") == 0 and "trained_on" not in ds:
+            raise ConfigError(f"config key datasets.{name}.n_train: 0 needs trained_on (a test-only set evaluated with another dataset's models)")
         for which in ("train_levels", "test_levels"):
             for lvl in ds[which]:
                 if lvl not in ds["levels"]:
@@ -214,6 +224,8 @@ def _check_references(cfg: dict) -> None:
                         f"config key experiments.{exp}.methods: {m!r} has no authors' checkpoint for dataset {source!r} "
                         f"(methods.{m}.official names {', '.join(official)}). Fix: add one or drop the method from this experiment"
                     )
+    if "robustness" in cfg["experiments"]:
+        _check_robustness(datasets, cfg["experiments"]["robustness"]["dataset"])
     sb = cfg["experiments"].get("synthetic_bbbc006")
     if sb and datasets.get(sb["dataset"], {}).get("source") != "sigma_map":
         raise ConfigError(f"config key experiments.synthetic_bbbc006.dataset: {sb['dataset']!r} must be a dataset with source: sigma_map")
@@ -238,6 +250,30 @@ def _check_paired_dataset(cfg: dict, name: str, ds: dict) -> None:
     ds.setdefault("path", f"{cfg['downloads']['raw_dir']}/{ds['source']}")
     if ds["source"] == "realdof" and "trained_on" not in ds:
         raise ConfigError(f"config key datasets.{name}.trained_on: required for source 'realdof' (it has test pairs only), e.g. trained_on: dpdd")
+
+
+def _check_robustness(datasets: dict, name: str) -> None:
+    """The robustness set: demo nuclei scored with another demo nuclei set's models, same blur levels, and a
+    photometry that leaves the training range in at least one key (else it would test nothing new)."""
+    ds = datasets[name]
+    train = datasets.get(ds.get("trained_on"), {})
+    if ds["source"] != "demo_nuclei" or train.get("source") != "demo_nuclei":
+        raise ConfigError(
+            f"config key experiments.robustness.dataset: {name!r} must be a demo_nuclei dataset with trained_on naming "
+            "the demo_nuclei dataset whose models it tests"
+        )
+    for lvl in ds["test_levels"]:
+        if train["levels"].get(lvl) != ds["levels"][lvl]:
+            raise ConfigError(
+                f"config key datasets.{name}.levels.{lvl}: must equal datasets.{ds['trained_on']}.levels.{lvl} "
+                f"({train['levels'].get(lvl)}), so the in-range and out-of-range scores see the same blur"
+            )
+    mine, theirs = ds["photometry"], train["photometry"]
+    if not any(mine[k][0] > theirs[k][1] or mine[k][1] < theirs[k][0] for k in mine):
+        raise ConfigError(
+            f"config key datasets.{name}.photometry: no range lies outside the training range of {ds['trained_on']!r} "
+            f"({theirs}); set e.g. background above {theirs['background'][1]} or photons below {theirs['photons'][0]}"
+        )
 
 
 def _check_trained_on(datasets: dict) -> None:

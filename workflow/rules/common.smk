@@ -282,9 +282,30 @@ def gg_dg_pair(methods):
 
 
 def experiment_dataset_set():
-    """Datasets with trained methods, except the non-blind one (its figures come from its own rules)."""
-    nb = EXPERIMENTS.get("nonblind", {}).get("dataset")
-    return [ds for ds in DATASETS if experiment_methods(ds) and ds != nb]
+    """Datasets with trained methods, except the non-blind one (its figures come from its own rules) and
+    the robustness set (only its table: the demo stays cheap)."""
+    skip = {EXPERIMENTS.get(n, {}).get("dataset") for n in ("nonblind", "robustness")}
+    return [ds for ds in DATASETS if experiment_methods(ds) and ds not in skip]
+
+
+def robustness_summaries():
+    """Summaries of the robustness table: each method and the blurred input on the out-of-range set and,
+    for comparison, on the same levels of the dataset the models were trained on."""
+    if "robustness" not in EXPERIMENTS:
+        return []
+    spec = EXPERIMENTS["robustness"]
+    ds = spec["dataset"]
+    levels = config["datasets"][ds]["test_levels"]
+    trained = config["datasets"][ds]["trained_on"]
+    return summaries(ds, spec["methods"], levels) + summaries(
+        trained, spec["methods"], levels
+    )
+
+
+def photometry_of(dataset):
+    """Photometry ranges of a generated nuclei dataset ({} for other kinds, which have none)."""
+    ds = config["datasets"][dataset]
+    return canonical(ds["photometry"]) if ds["source"] == "demo_nuclei" else {}
 
 
 def stardist_inputs(wildcards):
@@ -334,6 +355,8 @@ def report_inputs():
             files += experiment_summaries(name)
     if "operators" in EXPERIMENTS:
         files.append("results/tables/operators.csv")
+    if "robustness" in EXPERIMENTS:
+        files.append("results/tables/robustness.csv")
     if "synthetic" in EXPERIMENTS:
         files += ["results/tables/synthetic.csv", "results/figures/synthetic_psnr.png"]
     for ds in experiment_dataset_set():

@@ -20,6 +20,7 @@ rule sharp_images:
             for k in ("n_train", "n_val", "n_test")
         },
         seed=config["seed"],
+        photometry=lambda wc: photometry_of(wc.dataset),
     script:
         "../scripts/sharp_images.py"
 

@@ -52,6 +52,23 @@ rule table_nonblind:
         "../scripts/table.py"
 
 
+rule table_robustness:
+    input:
+        robustness_summaries(),
+    output:
+        report(
+            "results/tables/robustness.csv",
+            caption="../report/robustness.rst",
+            category="Robustness",
+        ),
+    log:
+        "results/logs/tables/robustness.log",
+    conda:
+        "../../envs/report.yaml"
+    script:
+        "../scripts/table.py"
+
+
 rule table_experiment:
     input:
         lambda wc: experiment_summaries(wc.experiment),

@@ -17,4 +17,5 @@ write_sharp_dataset(
     size=tuple(sm.params.size),
     **sm.params.counts,
     seed=sm.params.seed,
+    photometry=sm.params.photometry or None,
 )

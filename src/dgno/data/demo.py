@@ -11,6 +11,11 @@ Two stages, matching the workflow's `sharp_images` and `sigma_blur` rules: :func
 renders the sharp images, labels and split; :func:`write_blur_level` adds one blur level. A level can
 so be regenerated alone. :func:`write_demo_dataset` runs both in one call.
 
+Nuclei photometry (background, offset, photons, read noise, haze, illumination; ``synth.Photometry``) is
+drawn per image from the ranges given to stage 1, recorded in the manifest, and reused by stage 2, so a
+blurred plane is a new exposure of the same microscope. Both stages store images min-max normalised per
+image, as the BBBC006 protocol reads them.
+
 Determinism: image `i` of split `s` uses seed SeedSequence([seed, code(s), i]) and each level's map and
 noise are drawn from streams keyed by the level *name*, so the same arguments give byte-identical files,
 adding images or levels never changes existing ones, and train images do not depend on n_test.
@@ -22,6 +27,7 @@ import json
 import os
 import shutil
 import zlib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -41,7 +47,7 @@ SPLIT_CODES = {"train": 0, "test": 1, "val": 2}
 NUCLEI_AREA_PER_NUCLEUS = 1600  # px² per nucleus: ~20 % of the field covered, like a BBBC006 well
 
 # Stream numbers under an image's seed (level streams add the CRC32 of the level name).
-_STREAM_GT_NOISE, _STREAM_SIGMA, _STREAM_BLUR_NOISE = 1, 2, 3
+_STREAM_GT_NOISE, _STREAM_SIGMA, _STREAM_BLUR_NOISE, _STREAM_PHOTOMETRY = 1, 2, 3, 4
 
 
 def image_seed(seed: int, split: str, index: int) -> int:
@@ -129,9 +135,14 @@ def write_sharp_dataset(
     n_test: int,
     seed: int,
     n_val: int = 0,
+    photometry: Mapping[str, Sequence[float]] | None = None,
     progress: bool = True,
 ) -> Path:
     """Stage 1: render the sharp images (gt/, clean/ for nuclei), labels (nuclei), split.csv and manifest.json.
+
+    Nuclei: each image draws its photometry from `photometry` (ranges on top of synth.PHOTOMETRY_RANGES)
+    with its own stream, so the in-focus scene of an image id is the same whatever the ranges; the
+    ranges and every image's values go into the manifest, where the blur stage reads them.
 
     Sharp images are rendered into ``<out_dir>/.tmp-sharp-<pid>`` and moved into place only when all
     are done, so an interruption leaves no complete-looking dataset. Blur levels already in out_dir are
@@ -145,14 +156,18 @@ def write_sharp_dataset(
         shutil.rmtree(tmp)
     items = _items(n_train, n_val, n_test)
     n_nuclei = n_nuclei_for((h, w))
+    ranges = synth.photometry_ranges(photometry)
+    per_image = {}
     try:
         for sub in ["gt", "labels", "clean"] if kind == "nuclei" else ["gt"]:
             (tmp / sub).mkdir(parents=True)
         for split, index, ident in tqdm(items, desc=f"sharp {kind} → {out_dir.name}", disable=not progress):
             s = image_seed(seed, split, index)
             if kind == "nuclei":
-                clean, labels = synth.render_nuclei((h, w), n_nuclei=n_nuclei, seed=s, noise=False)
-                gt = synth.add_camera_noise(clean, seed=[s, _STREAM_GT_NOISE])
+                phot = synth.sample_photometry([s, _STREAM_PHOTOMETRY], ranges)
+                per_image[ident] = phot.to_dict()
+                clean, labels = synth.render_nuclei((h, w), n_nuclei=n_nuclei, seed=s, noise=False, photometry=phot)
+                gt = synth.add_camera_noise(clean, seed=[s, _STREAM_GT_NOISE], photometry=phot)
                 _write_tif(tmp / "gt" / f"{ident}.tif", to_uint16_full_range(gt))
                 _write_tif(tmp / "labels" / f"{ident}.tif", labels)
                 _write_tif(tmp / "clean" / f"{ident}.tif", clean)
@@ -162,6 +177,13 @@ def write_sharp_dataset(
             fh.write("id,split\n" + "".join(f"{ident},{split}\n" for split, _, ident in items))
         manifest = _manifest(kind, (h, w), n_train, n_test, {}, seed, None, n_nuclei)
         manifest.update(n_val=n_val, image_seeds={ident: image_seed(seed, split, i) for split, i, ident in items})
+        if kind == "nuclei":
+            manifest["photometry"] = {
+                "ranges": {k: list(v) for k, v in ranges.items()},
+                "sampling": "per image, seed [image_seed, 4]: uniform in each range, photons log-uniform; "
+                "illumination_centre uniform in the field (fractions y, x)",
+                "images": per_image,
+            }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         _move_into(tmp, out_dir)
     except BaseException:
@@ -188,6 +210,7 @@ def write_blur_level(
     data_dir = Path(data_dir)
     manifest = json.loads((data_dir / "manifest.json").read_text())
     kind, seeds = manifest["kind"], manifest["image_seeds"]
+    photometry = manifest.get("photometry", {}).get("images", {})
     _validate(kind, manifest["size"], 1, 0, {level: list(sigma_range)}, manifest["seed"], correlation_length)
     lo, hi = float(sigma_range[0]), float(sigma_range[1])
     key = _level_key(level)
@@ -198,7 +221,13 @@ def write_blur_level(
             sigma = random_sigma_map(clean.shape, (lo, hi), seed=_stream(s, _STREAM_SIGMA, key), correlation_length=correlation_length)
             blurred = sigma_blur(clean, sigma)
             if kind == "nuclei":
-                noisy = synth.add_camera_noise(blurred, seed=[s, _STREAM_BLUR_NOISE, key])
+                if ident not in photometry:
+                    raise ValueError(
+                        f"{data_dir / 'manifest.json'}: no photometry for image {ident!r} (written by an older version?); "
+                        "regenerate the dataset's sharp images (snakemake --forcerun sharp_images)"
+                    )
+                phot = synth.Photometry.from_dict(photometry[ident])  # the same microscope and exposure as its sharp image
+                noisy = synth.add_camera_noise(blurred, seed=[s, _STREAM_BLUR_NOISE, key], photometry=phot)
                 _write_tif(blur_dir / f"{ident}.tif", to_uint16_full_range(noisy))
             else:
                 _write_tif(blur_dir / f"{ident}.tif", blurred)
@@ -219,6 +248,7 @@ def write_demo_dataset(
     seed: int,
     correlation_length: float,
     n_val: int = 0,
+    photometry: Mapping[str, Sequence[float]] | None = None,
     progress: bool = True,
 ) -> Path:
     """Both stages in one call: a complete dataset with every level, built beside `out_dir` and swapped in.
@@ -231,7 +261,9 @@ def write_demo_dataset(
     if out_dir.exists() and not (out_dir / "manifest.json").is_file():
         raise FileExistsError(f"{out_dir} exists and is not a dataset (no manifest.json); refusing to replace it")
     with atomic_dir(out_dir) as tmp:
-        write_sharp_dataset(tmp, kind=kind, size=size, n_train=n_train, n_val=n_val, n_test=n_test, seed=seed, progress=progress)
+        write_sharp_dataset(
+            tmp, kind=kind, size=size, n_train=n_train, n_val=n_val, n_test=n_test, seed=seed, photometry=photometry, progress=progress
+        )
         for name, rng in levels.items():
             write_blur_level(tmp, level=name, sigma_range=tuple(rng), correlation_length=correlation_length, progress=progress)
         manifest = json.loads((tmp / "manifest.json").read_text())
@@ -305,13 +337,12 @@ def _manifest(kind, size, n_train, n_test, levels, seed, correlation_length, n_n
                     "radius_range": list(synth.NUCLEUS_RADIUS_RANGE),
                     "aspect_range": list(synth.NUCLEUS_ASPECT_RANGE),
                     "brightness_range": list(synth.NUCLEUS_BRIGHTNESS_RANGE),
-                    "background_range": list(synth.BACKGROUND_RANGE),
                     "edge_width": synth.EDGE_WIDTH,
+                    "scene": "s * illumination * (background + haze + nuclei), s <= 1 only where it would saturate",
                 },
                 "noise": {
-                    "model": "clip(Poisson(photons * x) / photons + N(0, read_noise^2), 0, 1)",
-                    "photons": synth.PHOTONS,
-                    "read_noise": synth.READ_NOISE,
+                    "model": "clip((Poisson(photons * x) + N(0, read_noise^2)) / photons + offset, 0, 1); "
+                    "photons, read_noise (electrons), offset per image: photometry.images",
                     "gt": f"noise on the clean render, seed [image_seed, {_STREAM_GT_NOISE}]",
                     "blur": f"fresh noise after the blur, seed [image_seed, {_STREAM_BLUR_NOISE}, crc32(level name)]",
                 },

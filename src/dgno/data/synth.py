@@ -5,17 +5,25 @@ and reproduce the paper's controlled synthetic experiment ("filled squares, holl
 lines" under a known sigma map). All generators are pure functions of their arguments: every random
 draw comes from ``np.random.default_rng`` seeded by the caller's integer seed, so a seed names an image.
 
-Noise model (nuclei only): y = Poisson(photons · x) / photons + N(0, read_noise²), clipped to [0, 1]
-(shot noise of a camera plus read noise). It is applied to the clean sharp rendering to make the
-ground truth, and — independently drawn — to the clean *blurred* rendering to make a blurred
-observation, because a defocused plane is a new exposure with its own noise; blurring the noisy ground
-truth instead would smooth the noise away and make the degraded image unrealistically clean.
+Photometry (nuclei only): a real widefield fluorescence image is not a dark, clean field. Each image draws
+its own :class:`Photometry` from configurable ranges (``sample_photometry``): a diffuse background level,
+uneven illumination (a smooth fall-off from an off-centre optical axis), out-of-focus haze from nuclei in
+other planes, an exposure (photons at intensity 1) and a camera offset and read noise. The noise-free
+scene is  illumination · (background + haze + nuclei),  scaled down only if its brightest pixel would
+saturate; the camera turns it into  y = clip((Poisson(photons · x) + N(0, read_noise²)) / photons + offset, 0, 1).
+Camera noise is applied to the clean sharp rendering to make the ground truth, and — independently drawn,
+same photometry — to the clean *blurred* rendering to make a blurred observation, because a defocused
+plane is a new exposure with its own noise; blurring the noisy ground truth instead would smooth the
+noise away and make the degraded image unrealistically clean. The demo writer then applies the BBBC006
+protocol's per-image min-max normalisation (``dgno.data.demo.to_uint16_full_range``), which removes the
+offset and the overall scale but not the background-to-signal ratio, the haze, the shading or the noise.
 The controlled patterns are noise-free, as in the paper, where the degradation is exactly the known blur.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 
 import numpy as np
 from scipy import ndimage
@@ -28,11 +36,22 @@ NUCLEUS_ASPECT_RANGE = (1.0, 1.6)  # long / short axis
 NUCLEUS_BRIGHTNESS_RANGE = (0.3, 0.9)
 BOUNDARY_WOBBLE = 0.05  # max amplitude of each of the harmonics 2..5 of the boundary radius
 EDGE_WIDTH = 0.7  # px, logistic width of the intensity edge
-BACKGROUND_RANGE = (0.03, 0.06)
-PHOTONS = 1000.0  # expected photon count at intensity 1
-READ_NOISE = 0.005
 
-_STREAM_SCENE, _STREAM_NOISE = 0, 1  # independent random streams derived from one seed
+# Photometry ranges of the demo's training data, sampled per image (config key datasets.<name>.photometry,
+# whose schema defaults must equal these; tests/test_synth_data.py checks). Intensities are in units where
+# a nucleus is 0.3-0.9 bright; photons log-uniform, every other key uniform.
+PHOTOMETRY_RANGES: dict[str, tuple[float, float]] = {
+    "background": (0.02, 0.3),  # diffuse background (medium, autofluorescence), before illumination
+    "offset": (0.0, 0.1),  # camera bias added after the noise (keeps read noise from clipping at 0)
+    "photons": (30.0, 3000.0),  # expected photo-electrons at intensity 1: the exposure
+    "read_noise": (1.0, 4.0),  # camera read noise, electrons rms
+    "haze": (0.0, 0.4),  # brightness of out-of-focus nuclei relative to in-focus ones
+    "haze_blur": (3.0, 8.0),  # px, Gaussian defocus blur of those out-of-plane nuclei
+    "illumination": (0.0, 0.4),  # relative fall-off of the illumination at the field point farthest from the axis
+}
+LOG_UNIFORM = frozenset({"photons"})
+
+_STREAM_SCENE, _STREAM_NOISE, _STREAM_PHOTOMETRY, _STREAM_HAZE = 0, 1, 2, 3  # independent streams of one seed
 
 Seed = int | Sequence[int]
 
@@ -44,18 +63,118 @@ def _check_size(size: Sequence[int]) -> tuple[int, int]:
     return h, w
 
 
-def add_camera_noise(
-    image: np.ndarray, *, seed: Seed, photons: float = PHOTONS, read_noise: float = READ_NOISE
-) -> np.ndarray:
-    """y = clip(Poisson(photons · x) / photons + N(0, read_noise²), 0, 1), float32.
+@dataclass(frozen=True)
+class Photometry:
+    """One image's photometry: the keys of PHOTOMETRY_RANGES plus where the illumination peaks.
+
+    illumination_centre is the optical axis as a fraction (y, x) of the field; the illumination is
+    1 there and falls off quadratically to 1 − illumination at the farthest field point.
+    """
+
+    background: float
+    offset: float
+    photons: float
+    read_noise: float
+    haze: float
+    haze_blur: float
+    illumination: float
+    illumination_centre: tuple[float, float] = (0.5, 0.5)
+
+    def __post_init__(self):
+        if not self.photons > 0:
+            raise ValueError(f"photons={self.photons!r}: must be > 0 (expected photo-electrons at intensity 1)")
+        for name in ("background", "offset", "read_noise", "haze", "haze_blur"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}={getattr(self, name)!r}: must be >= 0")
+        if self.offset >= 1:
+            raise ValueError(f"offset={self.offset!r}: must be < 1 (the camera's full range is [0, 1])")
+        if not 0 <= self.illumination < 1:
+            raise ValueError(f"illumination={self.illumination!r}: must be in [0, 1) (relative fall-off)")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["illumination_centre"] = list(self.illumination_centre)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> Photometry:
+        d = dict(d)
+        d["illumination_centre"] = tuple(d.get("illumination_centre", (0.5, 0.5)))
+        return cls(**d)
+
+
+def photometry_ranges(ranges: Mapping[str, Sequence[float]] | None = None) -> dict[str, tuple[float, float]]:
+    """PHOTOMETRY_RANGES with `ranges` on top, checked: known keys, lo <= hi, values allowed by Photometry."""
+    out = dict(PHOTOMETRY_RANGES)
+    for key, rng in (ranges or {}).items():
+        if key not in PHOTOMETRY_RANGES:
+            raise ValueError(f"photometry key {key!r} is unknown; allowed: {', '.join(PHOTOMETRY_RANGES)}")
+        if len(rng) != 2 or not float(rng[0]) <= float(rng[1]):
+            raise ValueError(f"photometry.{key}={list(rng)!r}: must be [lo, hi] with lo <= hi")
+        out[key] = (float(rng[0]), float(rng[1]))
+    Photometry(**{k: lo for k, (lo, _) in out.items()})  # both ends must be valid photometry
+    Photometry(**{k: hi for k, (_, hi) in out.items()})
+    return out
+
+
+def sample_photometry(seed: Seed, ranges: Mapping[str, Sequence[float]] | None = None) -> Photometry:
+    """One image's photometry, each key uniform in its range (photons log-uniform: exposures span decades)."""
+    rng = np.random.default_rng(seed)
+    values = {}
+    for key, (lo, hi) in photometry_ranges(ranges).items():  # fixed key order: a seed names a photometry
+        u = rng.uniform()
+        values[key] = float(np.exp(np.log(lo) + u * (np.log(hi) - np.log(lo)))) if key in LOG_UNIFORM else float(lo + u * (hi - lo))
+    centre = tuple(float(v) for v in rng.uniform(0.0, 1.0, 2))
+    return Photometry(**values, illumination_centre=centre)
+
+
+def add_camera_noise(image: np.ndarray, *, seed: Seed, photometry: Photometry) -> np.ndarray:
+    """y = clip((Poisson(photons · x) + N(0, read_noise²)) / photons + offset, 0, 1), float32.
 
     Shot noise grows with brightness (variance x / photons), which is what distinguishes fluorescence
-    from additive-noise models; the small Gaussian term is the camera's read noise on the dark background.
+    from additive-noise models; the read noise (electrons) matters most at low photon counts; the offset
+    is the camera bias, which keeps the read noise of dark pixels from clipping at 0.
     """
     rng = np.random.default_rng(seed)
+    p = photometry
     x = np.clip(np.asarray(image, dtype=np.float64), 0.0, 1.0)
-    y = rng.poisson(x * photons) / photons + rng.normal(0.0, read_noise, x.shape)
-    return np.clip(y, 0.0, 1.0).astype(np.float32)
+    electrons = rng.poisson(x * p.photons) + rng.normal(0.0, p.read_noise, x.shape)
+    return np.clip(electrons / p.photons + p.offset, 0.0, 1.0).astype(np.float32)
+
+
+def illumination_field(shape: tuple[int, int], photometry: Photometry) -> np.ndarray:
+    """1 − u · d² / d_max²: 1 on the optical axis, 1 − u at the farthest field point (u = photometry.illumination)."""
+    h, w = shape
+    cy, cx = photometry.illumination_centre[0] * (h - 1), photometry.illumination_centre[1] * (w - 1)
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
+    d2 = (yy - cy) ** 2 + (xx - cx) ** 2
+    return 1.0 - photometry.illumination * d2 / max(float(d2.max()), 1e-12)
+
+
+def _ellipse(yy: np.ndarray, xx: np.ndarray, cy: float, cx: float, a: float, b: float, angle: float) -> np.ndarray:
+    u = ((xx - cx) * np.cos(angle) + (yy - cy) * np.sin(angle)) / a
+    v = (-(xx - cx) * np.sin(angle) + (yy - cy) * np.cos(angle)) / b
+    return (u * u + v * v <= 1.0).astype(np.float64)
+
+
+def haze(shape: tuple[int, int], *, n_nuclei: int, seed: Seed, photometry: Photometry) -> np.ndarray:
+    """Out-of-focus light: n_nuclei nuclei of other planes, each a uniform ellipse, Gaussian-blurred.
+
+    Positions, shapes and brightness come from `seed` alone (the haze stream), so the scene's out-of-plane
+    nuclei do not change with the photometry; photometry.haze scales their brightness (0 = none) and
+    photometry.haze_blur is their defocus blur in pixels. They may lie under in-focus nuclei.
+    """
+    h, w = shape
+    out = np.zeros((h, w))
+    if photometry.haze == 0 or n_nuclei == 0:
+        return out
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
+    for _ in range(n_nuclei):
+        rbar, aspect = rng.uniform(*NUCLEUS_RADIUS_RANGE), rng.uniform(*NUCLEUS_ASPECT_RANGE)
+        cy, cx, angle = rng.uniform(0, h), rng.uniform(0, w), rng.uniform(0.0, np.pi)
+        out += rng.uniform(*NUCLEUS_BRIGHTNESS_RANGE) * _ellipse(yy, xx, cy, cx, rbar * np.sqrt(aspect), rbar / np.sqrt(aspect), angle)
+    return photometry.haze * ndimage.gaussian_filter(out, photometry.haze_blur, mode="reflect")
 
 
 def _chromatin(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
@@ -66,9 +185,14 @@ def _chromatin(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
 
 
 def render_nuclei(
-    size: tuple[int, int] = (256, 256), *, n_nuclei: int, seed: int, noise: bool = True
+    size: tuple[int, int] = (256, 256),
+    *,
+    n_nuclei: int,
+    seed: int,
+    noise: bool = True,
+    photometry: Photometry | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """image = background + Σ_i b_i · m_i · dome_i · texture_i (+ camera noise); labels_i = {m_i ≥ ½}.
+    """image = s · I · (background + haze + Σ_i b_i · m_i · dome_i · texture_i) (+ camera noise); labels_i = {m_i ≥ ½}.
 
     Each nucleus is an ellipse (semi-axes a, b, random orientation) whose boundary radius wobbles,
     ρ_boundary(θ) = 1 + Σ_{k=2..5} c_k cos(kθ + φ_k) in ellipse-normalised coordinates; the soft mask
@@ -79,6 +203,10 @@ def render_nuclei(
     field is too crowded. Each label is the connected part of {m ≥ ½} containing the nucleus centre,
     so every label id is one connected region, and lies where the clean image is well above background.
 
+    I is the illumination field, the haze comes from nuclei of other planes (``haze``), and s ≤ 1 is the
+    exposure: 1 unless the brightest pixel plus the camera offset would exceed 1, then just enough to
+    avoid saturation. photometry=None draws one from PHOTOMETRY_RANGES with the seed's photometry stream.
+    The in-focus nuclei, and so the labels, depend on `seed` only, never on the photometry.
     noise=True applies ``add_camera_noise`` (seeded from `seed`); noise=False returns the clean rendering
     (the demo blurs that and then adds noise, see the module docstring).
     Returns (image float32 (H, W) in [0, 1], labels uint16 (H, W), 0 = background, ids 1..n).
@@ -86,13 +214,12 @@ def render_nuclei(
     h, w = _check_size(size)
     if n_nuclei < 0:
         raise ValueError(f"n_nuclei={n_nuclei!r}: must be >= 0")
+    if photometry is None:
+        photometry = sample_photometry([seed, _STREAM_PHOTOMETRY])
     rng = np.random.default_rng([seed, _STREAM_SCENE])
     yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
 
-    # Background: offset plus a gentle linear illumination gradient (±10 %).
-    level = rng.uniform(*BACKGROUND_RANGE)
-    gy, gx = rng.uniform(-0.1, 0.1, 2)
-    image = level * (1.0 + 2 * gy * (yy / h - 0.5) + 2 * gx * (xx / w - 0.5))
+    image = np.zeros((h, w))  # in-focus nuclei; background, haze and illumination are applied below
     labels = np.zeros((h, w), dtype=np.uint16)
     chromatin = _chromatin(rng, (h, w))
 
@@ -145,9 +272,15 @@ def render_nuclei(
     relabel[present] = np.arange(1, present.size + 1, dtype=np.uint16)
     labels = relabel[labels]
 
-    image = np.clip(image, 0.0, 1.0).astype(np.float32)
+    scene = illumination_field((h, w), photometry) * (
+        photometry.background + haze((h, w), n_nuclei=n_nuclei, seed=[seed, _STREAM_HAZE], photometry=photometry) + image
+    )
+    peak = float(scene.max())
+    if peak + photometry.offset > 1.0:  # exposure: shorter only where the camera would saturate
+        scene *= (1.0 - photometry.offset) / peak
+    image = np.clip(scene, 0.0, 1.0).astype(np.float32)
     if noise:
-        image = add_camera_noise(image, seed=[seed, _STREAM_NOISE])
+        image = add_camera_noise(image, seed=[seed, _STREAM_NOISE], photometry=photometry)
     return image, labels
 
 

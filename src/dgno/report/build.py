@@ -17,7 +17,7 @@ from dgno.report.render import (
     header_context,
     render,
 )
-from dgno.report.results import defocus_section, lifting_section, main_section, real_defocus_section
+from dgno.report.results import defocus_section, lifting_section, main_section, real_defocus_section, robustness_section
 from dgno.report.synthetic import synthetic_bbbc006_section, synthetic_section
 from dgno.report.tables import collect_summaries
 
@@ -54,6 +54,8 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
     for name in ("dpdd", "realdof"):
         if name in config["experiments"]:
             sections.append(real_defocus_section(name, config, summaries))
+    if "robustness" in config["experiments"]:
+        sections.append(robustness_section(config, summaries))
     for name in config.get("ablation_runs", {}):
         sections.append(ablation_section(name, config, summaries))
     sections.append(cost_section(config, results))
