@@ -256,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (CUDA)")
     p.add_argument(
         "--scan-backend",
-        choices=["auto", "torch", "mamba_ssm", "reference"],
+        choices=["auto", "torch", "triton", "mamba_ssm", "reference"],
         help="selective-scan backend of the ASSMs (DGNO, GG, LG, MambaIRv2); default: the model's own (auto)",
     )
     p.add_argument("--out", help="JSON file for the results (e.g. results/bench/forward_cpu.json)")
