@@ -1,0 +1,39 @@
+"""Print the README's GPU runtime tables (markdown) from bench_gpu_speed.py result files.
+
+    python benchmarks/gpu_speed_table.py benchmarks/results/gpu_speed_h100*.json
+
+The same tables as the report's runtime section (``dgno.report.cost.speed_tables``), so the README
+and the report are regenerated from one reader; cells are "measured" or "measured (paper)".
+"""
+
+from __future__ import annotations
+
+import sys
+
+from dgno.analysis.runtime import load_bench_results
+from dgno.report.cost import speed_tables
+from dgno.report.render import load_paper
+
+
+def cell_text(cell) -> str:
+    if cell.measured is None:
+        return "–" if cell.paper is None else f"– ({cell.paper:.{cell.digits}f})"
+    text = f"{cell.measured:.{cell.digits}f}"
+    return text if cell.paper is None else f"{text} ({cell.paper:.{cell.digits}f})"
+
+
+def main(paths: list[str]) -> None:
+    frame = load_bench_results(paths)
+    prows = load_paper("runtime_memory").get("rows", {})
+    for file, sub in frame[frame["mode"].notna()].groupby("file", sort=False):
+        forward, train = sub[sub["kind"] == "forward"], sub[sub["kind"] == "train"]
+        for table in speed_tables(forward, train, prows, file, str(sub["device"].iloc[0])):
+            print(f"\n{table.caption}\n")
+            print("| | " + " | ".join(f"{group} {metric}" for group, metric in table.columns) + " |")
+            print("|---" * (len(table.columns) + 1) + "|")
+            for label, cells in table.rows:
+                print(f"| {label} | " + " | ".join(cell_text(c) for c in cells) + " |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
