@@ -5,6 +5,7 @@ import re
 from glob import glob
 from pathlib import Path
 
+from dgno import resources as dgno_resources
 from dgno.config import load_schema, validate_config
 
 config.update(
@@ -27,6 +28,24 @@ PAIRED = [
     if config["datasets"][d]["source"] in ("3dhistech", "dpdd", "realdof")
 ]
 RAW = config["downloads"]["raw_dir"]
+
+
+# Threads, memory, wall time and GPU per workflow step come from one table (dgno.resources), scaled by `scale`
+# (paper or demo); memory and wall time grow with the retry `attempt`.
+def threads_for(name):
+    return dgno_resources.threads(name, config["scale"])
+
+
+def mem_mb_for(name):
+    return dgno_resources.mem_mb(name, config["scale"])
+
+
+def runtime_for(name):
+    return dgno_resources.runtime(name, config["scale"])
+
+
+def gpu_for(name):
+    return dgno_resources.gpus(name, config["device"])
 
 
 def canonical(obj):
