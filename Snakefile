@@ -15,6 +15,15 @@ if "name" not in config:
 report: "workflow/report/workflow.rst"
 
 
+# On a cluster, SLURM's time-limit warning (SIGTERM, profiles/slurm) goes to every process of the
+# job step. The bash that runs a job's command must not die of it first: the job would end, and
+# SLURM kill the rest, while `dgno train` is still writing its checkpoint. With a trap, bash waits
+# for the command and exits with its status; the command itself keeps the default SIGTERM action.
+shell.prefix(
+    "set -euo pipefail; trap 'echo SIGTERM: waiting for the job command to stop >&2' TERM; "
+)
+
+
 include: "workflow/rules/common.smk"
 
 
