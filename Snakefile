@@ -1,8 +1,19 @@
 # DGNO reproduction pipeline: the table of contents.
 # `snakemake --cores all` runs the offline demo (config.yaml); `snakemake --profile slurm all` the paper.
+import sys
+from pathlib import Path
+
 from snakemake.utils import min_version
 
 min_version("9.0")
+
+# This checkout's dgno, for Snakemake itself and (dgno.jobenv) for every job, whichever environment
+# runs it: the --sdm conda envs hold only the dependencies, a shared venv may hold an older install.
+SRC = str(Path(workflow.basedir) / "src")
+sys.path.insert(0, SRC)
+from dgno.jobenv import export_source_path
+
+export_source_path(SRC)
 
 
 # A --configfile replaces the demo config instead of being merged into it (Snakemake would
