@@ -135,3 +135,18 @@ def test_forced_rerun_of_a_trained_model_trains_again(smoke_run):
     assert "already finished (a rerun trains anew)" in (smoke_run / "results" / "logs" / "train" / "nuclei" / "gg.log").read_text()
     rows = (run / "train_metrics.csv").read_text().splitlines()[1:]
     assert int(rows[0].split(",")[0]) < int(rows[-1].split(",")[0])  # a whole fresh curve, from the start
+
+
+def test_restored_images_only_where_read_and_losslessly_compressed(smoke_run):
+    """The blurred input's evaluation is read by no later rule: its folder stays empty; the methods'
+    restored images (read by figures, edge band and StarDist) are zlib-compressed float32 TIFFs."""
+    import tifffile
+
+    eval_root = smoke_run / "results" / "eval" / "nuclei"
+    assert (eval_root / "input" / "z02" / "restored").is_dir()
+    assert not any((eval_root / "input" / "z02" / "restored").iterdir())
+    images = sorted((eval_root / "gg" / "z02" / "restored").glob("*.tif"))
+    assert len(images) == 2  # the smoke config's n_test
+    with tifffile.TiffFile(images[0]) as tif:
+        page = tif.pages[0]
+        assert page.compression == tifffile.COMPRESSION.ADOBE_DEFLATE and page.dtype == "float32"

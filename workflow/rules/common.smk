@@ -276,6 +276,29 @@ def experiment_dataset_set():
     return [ds for ds in DATASETS if experiment_methods(ds) and ds != nb]
 
 
+@functools.cache
+def restored_readers():
+    """(dataset, method, level) of the evaluations whose restored images a later rule reads: the
+    edge-band table and error-difference figure (experiment methods at the table levels), the
+    visual comparison (its rows at the first table level) and StarDist (its methods at its level).
+    Every other evaluation (ablation grid points, other levels) writes scores only."""
+    nb = EXPERIMENTS.get("nonblind", {}).get("dataset")
+    need = set()
+    for ds in experiment_dataset_set() + ([nb] if nb else []):
+        levels = table_levels(ds)
+        need |= {(ds, m, lvl) for m in experiment_methods(ds) for lvl in levels}
+        need |= {(ds, m, levels[0]) for m in figure_rows(ds)}
+    if "stardist" in EXPERIMENTS:
+        spec = EXPERIMENTS["stardist"]
+        need |= {(spec["dataset"], m, spec["level"]) for m in spec["methods"]}
+    return frozenset(need)
+
+
+def keep_restored(wildcards):
+    method = wildcards.get("method", "input")
+    return (wildcards.dataset, method, wildcards.level) in restored_readers()
+
+
 def stardist_inputs(wildcards):
     spec = EXPERIMENTS["stardist"]
     ds, lvl = spec["dataset"], spec["level"]

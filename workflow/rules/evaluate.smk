@@ -24,6 +24,7 @@ rule evaluate:
         evaluate=canonical(
             {k: config["evaluate"][k] for k in ("tile", "overlap", "blend", "lpips")}
         ),
+        keep_restored=keep_restored,
         device=config["device"],
     script:
         "../scripts/evaluate.py"
@@ -48,5 +49,6 @@ rule evaluate_input:
         evaluate=canonical(
             {k: config["evaluate"][k] for k in ("tile", "overlap", "blend", "lpips")}
         ),
+        keep_restored=keep_restored,
     script:
         "../scripts/evaluate.py"

@@ -333,7 +333,7 @@ def deconvolve_dataset(
                 else:
                     x = np.stack([richardson_lucy_deconvolve(ch, psf, n_iter=rl_iterations) for ch in yc])
             seconds += time.perf_counter() - start
-            write_tiff(tmp / f"{ident}.tif", _channels_last(x.astype(np.float32), y.ndim))
+            write_tiff(tmp / f"{ident}.tif", _channels_last(x.astype(np.float32), y.ndim), compress=True)
         settings = {
             "method": method,
             "level": level,
