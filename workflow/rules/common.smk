@@ -278,7 +278,7 @@ def experiment_dataset_set():
 
 @functools.cache
 def restored_readers():
-    """(dataset, method, level) of the evaluations whose restored images a later rule reads: the
+    """(dataset, method, level) of the evaluations whose restored images are read later by the
     edge-band table and error-difference figure (experiment methods at the table levels), the
     visual comparison (its rows at the first table level) and StarDist (its methods at its level).
     Every other evaluation (ablation grid points, other levels) writes scores only."""
