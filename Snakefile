@@ -1,8 +1,19 @@
 # DGNO reproduction pipeline: the table of contents.
 # `snakemake --cores all` runs the offline demo (config.yaml); `snakemake --profile slurm all` the paper.
+import sys
+from pathlib import Path
+
 from snakemake.utils import min_version
 
 min_version("9.0")
+
+# This checkout's dgno, for Snakemake itself and (dgno.jobenv) for every job, whichever environment
+# runs it: the --sdm conda envs hold only the dependencies, a shared venv may hold an older install.
+SRC = str(Path(workflow.basedir) / "src")
+sys.path.insert(0, SRC)
+from dgno.jobenv import export_source_path
+
+export_source_path(SRC)
 
 
 # A --configfile replaces the demo config instead of being merged into it (Snakemake would
@@ -13,6 +24,15 @@ if "name" not in config:
 
 
 report: "workflow/report/workflow.rst"
+
+
+# On a cluster, SLURM's time-limit warning (SIGTERM, profiles/slurm) goes to every process of the
+# job step. The bash that runs a job's command must not die of it first: the job would end, and
+# SLURM kill the rest, while `dgno train` is still writing its checkpoint. With a trap, bash waits
+# for the command and exits with its status; the command itself keeps the default SIGTERM action.
+shell.prefix(
+    "set -euo pipefail; trap 'echo SIGTERM: waiting for the job command to stop >&2' TERM; "
+)
 
 
 include: "workflow/rules/common.smk"

@@ -86,9 +86,10 @@ def test_edge_band_table_pools_errors_by_region(tmp_path):
         pred = gt.copy()
         pred[band] += err  # errors only in the band
         tifffile.imwrite(data / "gt" / f"{ident}.tif", gt)
-        for method, img in (("dg", pred), ("input", gt)):
-            (evals / method / "z" / "restored").mkdir(parents=True, exist_ok=True)
-            tifffile.imwrite(evals / method / "z" / "restored" / f"{ident}.tif", img)
+        (evals / "dg" / "z" / "restored").mkdir(parents=True, exist_ok=True)
+        tifffile.imwrite(evals / "dg" / "z" / "restored" / f"{ident}.tif", pred)
+        (data / "blur" / "z").mkdir(parents=True, exist_ok=True)  # 'input' is the dataset's blurred image
+        tifffile.imwrite(data / "blur" / "z" / f"{ident}.tif", gt)
         gts.append(gt)
         preds.append(pred)
     table = edge_band_table(data_dir=data, eval_root=evals, level="z", methods=["dg", "input"], band_width_px=2).set_index(["method", "region"])

@@ -9,8 +9,10 @@ import pytest
 import yaml
 from conftest import ROOT, SNAKEMAKE
 
+from dgno import resources
+
 PROFILES = ["slurm", "slurm-test", "local"]
-GPU_RULES = {"train", "evaluate"}
+GPU_RULES = {name for name, req in resources.PAPER.items() if req.gpu}
 
 
 def _rules(configfile: str) -> set[str]:
@@ -42,15 +44,47 @@ def test_set_resources_name_real_rules(name, rule_names):
     assert not unknown, f"profiles/{name}: set-resources for rules that do not exist: {unknown}"
 
 
+def rule_blocks() -> dict[str, str]:
+    """The text of every rule of workflow/rules/*.smk, by name (a rule ends where the next begins)."""
+    blocks = {}
+    for path in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        parts = re.split(r"^\s*rule (\w+):\n", path.read_text(), flags=re.M)
+        blocks.update(zip(parts[1::2], parts[2::2]))
+    return blocks
+
+
+def test_every_rule_declares_threads_memory_runtime_and_gpu_from_the_table(rule_names):
+    blocks = rule_blocks()
+    assert set(blocks) == rule_names - {"all"}
+    runs = {name for name, text in blocks.items() if re.search(r"^\s+(script|shell|run):", text, re.M)}
+    assert runs == set(resources.PAPER), "src/dgno/resources.py must list exactly the rules that run something"
+    for name in runs:
+        text = blocks[name]
+        for line in (f'threads: threads_for("{name}")', f'mem_mb=mem_mb_for("{name}")', f'runtime=runtime_for("{name}")'):
+            assert line in text, f"rule {name}: missing `{line}`"
+        assert (f'gpu=gpu_for("{name}")' in text) == (name in GPU_RULES), f"rule {name}: gpu request"
+        assert "gpu=1" not in text and "slurm_partition" not in text, f"rule {name}: GPUs and partitions come from the table and profile"
+
+
+def test_resources_scale_with_the_config_and_the_retry():
+    train = resources.request("train", "paper")
+    assert resources.mem_mb("train", "paper")(None, 2) == 2 * train.mem_mb
+    assert resources.runtime("train", "paper")(None, 3) == 3 * train.runtime_min
+    assert resources.request("train", "demo").mem_mb < train.mem_mb and resources.threads("train", "demo") == 1
+    assert resources.gpus("train", "cuda") == 1 and resources.gpus("train", "cpu") == 0 and resources.gpus("table_synthetic", "cuda") == 0
+    with pytest.raises(KeyError, match="resources.py"):
+        resources.request("no_such_rule", "paper")
+
+
 def test_gpus_only_for_gpu_work_and_on_the_gpu_partition():
     profile = _profile("slurm")
     default = profile["default-resources"]
     assert "gpu" not in default and default["slurm_partition"] != "gpu"  # CPU-only work asks for no GPU
+    assert set(profile["set-resources"]) == GPU_RULES, "every GPU rule, and only those, on the GPU partition"
     for rule, res in profile["set-resources"].items():
-        if rule in GPU_RULES:
-            assert res["gpu"] >= 1 and res["slurm_partition"] != default["slurm_partition"], rule
-        else:
-            assert not res.get("gpu") and "slurm_partition" not in res, rule
+        assert res["slurm_partition"] != default["slurm_partition"], rule
+        assert "--gpus" not in res.get("slurm_extra", "") and "--gres" not in res.get("slurm_extra", ""), rule
+    assert re.search(r"--signal=(B:)?TERM@\d+", profile["set-resources"]["train"]["slurm_extra"])
     text = (ROOT / "profiles" / "slurm" / "config.yaml").read_text()
     assert re.search(r'slurm_partition: "cpu"\s+# EDIT', text) and re.search(r'slurm_partition: "gpu"\s+# EDIT', text)
 

@@ -151,3 +151,18 @@ def test_robustness_table_scores_the_trained_models_on_out_of_range_photometry(s
     section = (smoke_run / "report" / "index.html").read_text().split('id="robustness"')[1].split("</section>")[0]
     row = re.search(r"<tr><td>DGNO-Cell</td>(.*?)</tr>", section, re.S)
     assert row and len(re.findall(r'<span class="m">[-0-9.]+</span>', row.group(1))) == 4  # psnr and gain, in and out of range
+
+
+def test_restored_images_only_where_read_and_losslessly_compressed(smoke_run):
+    """The blurred input's evaluation is read by no later rule: its folder stays empty; the methods'
+    restored images (read by figures, edge band and StarDist) are zlib-compressed float32 TIFFs."""
+    import tifffile
+
+    eval_root = smoke_run / "results" / "eval" / "nuclei"
+    assert (eval_root / "input" / "z02" / "restored").is_dir()
+    assert not list((eval_root / "input" / "z02" / "restored").glob("*.tif"))
+    images = sorted((eval_root / "gg" / "z02" / "restored").glob("*.tif"))
+    assert len(images) == 2  # the smoke config's n_test
+    with tifffile.TiffFile(images[0]) as tif:
+        page = tif.pages[0]
+        assert page.compression == tifffile.COMPRESSION.ADOBE_DEFLATE and page.dtype == "float32"

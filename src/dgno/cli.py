@@ -14,10 +14,14 @@ from pathlib import Path
 
 from dgno.io import InputError
 
+# Exit status of a training stopped by SIGTERM after writing its checkpoint: 128 + SIGTERM, what a
+# shell reports for a process the signal ended, so SLURM and Snakemake see a failed job and retry.
+INTERRUPTED_EXIT = 143
+
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from dgno.config import load_config
-    from dgno.train import ModelChoice, TrainConfig, train
+    from dgno.train import Interrupted, ModelChoice, TrainConfig, train
 
     cfg = load_config(args.config)
     settings = TrainConfig.from_dict({**cfg["train"], "seed": cfg["seed"], "device": cfg["device"]})
@@ -27,13 +31,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
     levels = args.levels or cfg["datasets"].get(Path(args.data).name, {}).get("train_levels")
     if not levels:
         raise InputError(f"{args.data}: no --levels given and the config has no dataset of that name. Fix: pass --levels z02 z06")
-    path = train(
-        args.data,
-        args.out,
-        model_choice=ModelChoice(name=method["model"], scale=args.scale or cfg["scale"], overrides=method.get("overrides", {})),
-        levels=levels,
-        cfg=settings,
-    )
+    try:
+        path = train(
+            args.data,
+            args.out,
+            model_choice=ModelChoice(name=method["model"], scale=args.scale or cfg["scale"], overrides=method.get("overrides", {})),
+            levels=levels,
+            cfg=settings,
+        )
+    except Interrupted as err:  # SIGTERM (SLURM's time-limit warning): checkpoint written, not finished
+        print(f"dgno train: {err}; run the same command again to resume", file=sys.stderr)
+        return INTERRUPTED_EXIT
     if os.environ.get("RANK", "0") == "0":  # under torchrun, one line per run, not per process
         print(path)
     return 0

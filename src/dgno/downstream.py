@@ -20,6 +20,7 @@ per core *per pool*, which starves the other jobs on a small shared machine.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -52,7 +53,9 @@ def _import_stardist() -> None:
     # Load torch's compiler stack (and with it Triton's LLVM) before TensorFlow's: in the other order the
     # first torch optimizer of the process (AdamW imports torch._dynamo, which imports Triton) segfaults,
     # so a session that scores StarDist and then trains (a notebook, one pytest run) would crash.
-    import torch._dynamo  # noqa: F401
+    # The workflow's StarDist environment (envs/stardist.yaml) has no torch: nothing to order there.
+    if importlib.util.find_spec("torch") is not None:
+        import torch._dynamo  # noqa: F401
 
     try:
         import csbdeep  # noqa: F401

@@ -31,7 +31,8 @@ def edge_band_table(
     """Rows (method, region ∈ {edge, interior, all}, psnr, pixels) for one dataset and blur level.
 
     Restored images are read from ``eval_root/<method>/<level>/restored/<id>.tif``; the blurred
-    input is scored as method 'input'.
+    input is scored as method 'input', read from the dataset itself (the evaluation of the input
+    writes no copy of it: dgno.evaluate writes restored images only where a later rule reads them).
     """
     data_dir, eval_root = Path(data_dir), Path(eval_root)
     norm = dataset_normalisation(data_dir)
@@ -42,7 +43,10 @@ def edge_band_table(
         band = metrics.edge_band_mask(gt, band_width_px=band_width_px)
         channels = gt.shape[-1] if gt.ndim == 3 else 1
         for m in methods:
-            pred = read_image(eval_root / m / level / "restored" / f"{image_id}.tif")
+            if m == "input":
+                pred = read_image(data_dir / "blur" / level / f"{image_id}.tif", normalise=norm)
+            else:
+                pred = read_image(eval_root / m / level / "restored" / f"{image_id}.tif")
             err = (np.clip(pred, 0, 1) - gt) ** 2  # as metrics.psnr scores: prediction clipped to [0, 1]
             for region, mask in (("edge", band), ("interior", ~band), ("all", np.ones_like(band))):
                 acc[(m, region)][0] += float(err[mask].sum())

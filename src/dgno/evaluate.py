@@ -92,7 +92,8 @@ def score_dataset(
     """Restore and score the test split of `data_dir` at blur `level`.
 
     Writes ``per_image.csv`` (id, psnr, ssim, lpips), ``summary.json`` (means, counts, LPIPS source,
-    provenance) and, if asked, ``restored/<id>.tif`` (float32) for figures and downstream checks.
+    provenance) and, if asked, ``restored/<id>.tif`` (float32, losslessly compressed) for figures and
+    downstream checks; the workflow asks only where a later rule reads them (``keep_restored``).
     precomputed: a folder of already restored ``<id>.tif`` (e.g. from deconvolution) to score
     instead of calling `restore`, so every method is scored by exactly the same code.
     """
@@ -119,7 +120,7 @@ def score_dataset(
             row["lpips"] = value
         rows.append(row)
         if save_restored and not precomputed:
-            write_tiff(out_dir / "restored" / f"{pair.id}.tif", pred.astype(np.float32))
+            write_tiff(out_dir / "restored" / f"{pair.id}.tif", pred.astype(np.float32), compress=True)
     frame = pd.DataFrame(rows)
     write_csv(out_dir / "per_image.csv", frame)
     summary = {

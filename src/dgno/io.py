@@ -205,12 +205,19 @@ def read_json(path: str | Path) -> Any:
         raise _fail(path, f"not valid JSON ({exc})", "delete it and re-run the rule that produces it") from exc
 
 
-def write_tiff(path: str | Path, image: np.ndarray) -> None:
-    """Write a TIFF atomically (tifffile), keeping the array's dtype."""
+def write_tiff(path: str | Path, image: np.ndarray, *, compress: bool = False) -> None:
+    """Write a TIFF atomically (tifffile), keeping the array's dtype.
+
+    compress: lossless zlib with the predictor for the dtype (floating-point for float32), so the
+    values read back are bit-identical; about a fifth smaller for restored float32 images.
+    """
     import tifffile
 
     with atomic_path(path) as tmp:
-        tifffile.imwrite(tmp, image)
+        if compress:
+            tifffile.imwrite(tmp, image, compression="zlib", predictor=True)
+        else:
+            tifffile.imwrite(tmp, image)
 
 
 def write_csv(path: str | Path, frame: Any) -> None:

@@ -414,7 +414,7 @@ def _val_batches(val_pairs, cfg: TrainConfig) -> tuple[np.ndarray, np.ndarray] |
     """A fixed set of held-out crops (same every evaluation), so validation curves are comparable."""
     if not val_pairs:
         return None
-    patch = min(cfg.patch_size, *(min(p.gt.shape[:2]) for p in val_pairs))
+    patch = min(cfg.patch_size, *(min(p.shape[:2]) for p in val_pairs))
     sampler = CropSampler(val_pairs, patch=patch, batch_size=cfg.val_crops, seed=cfg.seed + 12345, augment=False)
     return sampler.next_batch()
 
@@ -544,7 +544,7 @@ def _load_training_data(data_dir: Path, levels: list[str], ranks: Ranks, progres
     val_ids = split.get("val", [])
     pairs = load_pairs(data_dir, split="train", levels=levels, ids=train_ids, progress=progress)
     val_pairs = load_pairs(data_dir, split="val", levels=levels, ids=val_ids) if val_ids and ranks.main else []
-    channels = 1 if pairs[0].gt.ndim == 2 else pairs[0].gt.shape[-1]
+    channels = 1 if len(pairs[0].shape) == 2 else pairs[0].shape[-1]
     return pairs, val_pairs, channels
 
 

@@ -20,8 +20,11 @@ rule effective_rank:
         dataset=one_of(RANK_DATASETS),
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("effective_rank")
     resources:
-        gpu=1 if config["device"] != "cpu" else 0,
+        mem_mb=mem_mb_for("effective_rank"),
+        runtime=runtime_for("effective_rank"),
+        gpu=gpu_for("effective_rank"),
     params:
         methods=lambda wc: rank_methods(wc.dataset),
         labels=lambda wc: method_labels(rank_methods(wc.dataset)),
@@ -50,8 +53,11 @@ rule figure_operators:
         dataset=one_of(RANK_DATASETS),
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("figure_operators")
     resources:
-        gpu=1 if config["device"] != "cpu" else 0,
+        mem_mb=mem_mb_for("figure_operators"),
+        runtime=runtime_for("figure_operators"),
+        gpu=gpu_for("figure_operators"),
     params:
         methods=lambda wc: rank_methods(wc.dataset),
         labels=lambda wc: method_labels(rank_methods(wc.dataset)),
@@ -80,8 +86,11 @@ rule figure_lam:
         dataset=one_of(LAM_DATASETS),
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("figure_lam")
     resources:
-        gpu=1 if config["device"] != "cpu" else 0,
+        mem_mb=mem_mb_for("figure_lam"),
+        runtime=runtime_for("figure_lam"),
+        gpu=gpu_for("figure_lam"),
     params:
         lam=canonical(LAM),  # the experiment's settings, defaults filled in by the schema
         labels=method_labels(LAM.get("methods", [])),
@@ -105,8 +114,11 @@ rule cost_vs_resolution:
         "results/benchmarks/cost_vs_resolution/cost_vs_resolution.tsv"
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("cost_vs_resolution")
     resources:
-        gpu=1 if config["device"] != "cpu" else 0,
+        mem_mb=mem_mb_for("cost_vs_resolution"),
+        runtime=runtime_for("cost_vs_resolution"),
+        gpu=gpu_for("cost_vs_resolution"),
     params:
         methods=canonical({m: config["methods"][m] for m in COST_METHODS}),
         labels=method_labels(COST_METHODS),
@@ -132,6 +144,10 @@ rule figure_psnr_params:
         "results/logs/figures/psnr_vs_params.log",
     conda:
         "../../envs/report.yaml"
+    threads: threads_for("figure_psnr_params")
+    resources:
+        mem_mb=mem_mb_for("figure_psnr_params"),
+        runtime=runtime_for("figure_psnr_params"),
     params:
         dataset=main_dataset(),
         levels=table_levels(main_dataset()) if main_dataset() else [],
@@ -175,6 +191,10 @@ rule runtime_memory:
         "results/logs/figures/runtime_memory.log",
     conda:
         "../../envs/report.yaml"
+    threads: threads_for("runtime_memory")
+    resources:
+        mem_mb=mem_mb_for("runtime_memory"),
+        runtime=runtime_for("runtime_memory"),
     script:
         "../scripts/runtime_memory.py"
 

@@ -16,6 +16,10 @@ rule sigma_blur:
         dataset=one_of(GENERATED + SIGMA_SETS),
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("sigma_blur")
+    resources:
+        mem_mb=mem_mb_for("sigma_blur"),
+        runtime=runtime_for("sigma_blur"),
     params:
         sigma_range=lambda wc: config["datasets"][wc.dataset]["levels"][wc.level],
         correlation_length=lambda wc: config["datasets"][wc.dataset][
@@ -40,6 +44,10 @@ rule sigma_sharp:
         dataset=one_of(SIGMA_SETS),
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("sigma_sharp")
+    resources:
+        mem_mb=mem_mb_for("sigma_sharp"),
+        runtime=runtime_for("sigma_sharp"),
     params:
         seed=config["seed"],
     script:

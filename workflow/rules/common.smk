@@ -6,6 +6,7 @@ from glob import glob
 from pathlib import Path
 from types import SimpleNamespace
 
+from dgno import resources as dgno_resources
 from dgno.config import load_schema, validate_config
 
 config.update(
@@ -28,6 +29,24 @@ PAIRED = [
     if config["datasets"][d]["source"] in ("3dhistech", "dpdd", "realdof")
 ]
 RAW = config["downloads"]["raw_dir"]
+
+
+# Threads, memory, wall time and GPU per workflow step come from one table (dgno.resources), scaled by `scale`
+# (paper or demo); memory and wall time grow with the retry `attempt`.
+def threads_for(name):
+    return dgno_resources.threads(name, config["scale"])
+
+
+def mem_mb_for(name):
+    return dgno_resources.mem_mb(name, config["scale"])
+
+
+def runtime_for(name):
+    return dgno_resources.runtime(name, config["scale"])
+
+
+def gpu_for(name):
+    return dgno_resources.gpus(name, config["device"])
 
 
 def canonical(obj):
@@ -306,6 +325,29 @@ def photometry_of(dataset):
     """Photometry ranges of a generated nuclei dataset ({} for other kinds, which have none)."""
     ds = config["datasets"][dataset]
     return canonical(ds["photometry"]) if ds["source"] == "demo_nuclei" else {}
+
+
+@functools.cache
+def restored_readers():
+    """(dataset, method, level) of the evaluations whose restored images are read later by the
+    edge-band table and error-difference figure (experiment methods at the table levels), the
+    visual comparison (its rows at the first table level) and StarDist (its methods at its level).
+    Every other evaluation (ablation grid points, other levels) writes scores only."""
+    nb = EXPERIMENTS.get("nonblind", {}).get("dataset")
+    need = set()
+    for ds in experiment_dataset_set() + ([nb] if nb else []):
+        levels = table_levels(ds)
+        need |= {(ds, m, lvl) for m in experiment_methods(ds) for lvl in levels}
+        need |= {(ds, m, levels[0]) for m in figure_rows(ds)}
+    if "stardist" in EXPERIMENTS:
+        spec = EXPERIMENTS["stardist"]
+        need |= {(spec["dataset"], m, spec["level"]) for m in spec["methods"]}
+    return frozenset(need)
+
+
+def keep_restored(wildcards):
+    method = wildcards.get("method", "input")
+    return (wildcards.dataset, method, wildcards.level) in restored_readers()
 
 
 def stardist_inputs(wildcards):

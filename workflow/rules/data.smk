@@ -12,6 +12,10 @@ rule sharp_images:
         dataset=one_of(GENERATED),
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("sharp_images")
+    resources:
+        mem_mb=mem_mb_for("sharp_images"),
+        runtime=runtime_for("sharp_images"),
     params:
         kind=lambda wc: config["datasets"][wc.dataset]["source"].removeprefix("demo_"),
         size=lambda wc: config["datasets"][wc.dataset]["size"],
@@ -34,6 +38,10 @@ rule bbbc006_plane:
         zz=r"\d\d",
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("bbbc006_plane")
+    resources:
+        mem_mb=mem_mb_for("bbbc006_plane"),
+        runtime=runtime_for("bbbc006_plane"),
     params:
         base_url=config["downloads"]["bbbc006_url"],
         retries=config["downloads"]["retries"],
@@ -48,6 +56,10 @@ rule bbbc006_labels:
         "results/logs/download/bbbc006_labels.log",
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("bbbc006_labels")
+    resources:
+        mem_mb=mem_mb_for("bbbc006_labels"),
+        runtime=runtime_for("bbbc006_labels"),
     params:
         base_url=config["downloads"]["bbbc006_url"],
         retries=config["downloads"]["retries"],
@@ -70,6 +82,10 @@ rule bbbc006_prepare:
         dataset=one_of(BBBC006),
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("bbbc006_prepare")
+    resources:
+        mem_mb=mem_mb_for("bbbc006_prepare"),
+        runtime=runtime_for("bbbc006_prepare"),
     params:
         dataset=dataset_cfg,
         seed=config["seed"],
@@ -87,6 +103,10 @@ rule paired_source:
         dataset=one_of(PAIRED),
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("paired_source")
+    resources:
+        mem_mb=mem_mb_for("paired_source"),
+        runtime=runtime_for("paired_source"),
     params:
         dataset=dataset_cfg,
         url=paired_url,
@@ -110,6 +130,10 @@ rule paired_prepare:
         dataset=one_of(PAIRED),
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("paired_prepare")
+    resources:
+        mem_mb=mem_mb_for("paired_prepare"),
+        runtime=runtime_for("paired_prepare"),
     params:
         dataset=dataset_cfg,
     script:

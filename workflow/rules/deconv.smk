@@ -13,6 +13,10 @@ rule seidel_calibration:
         dataset=one_of(SEIDEL),
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("seidel_calibration")
+    resources:
+        mem_mb=mem_mb_for("seidel_calibration"),
+        runtime=runtime_for("seidel_calibration"),
     params:
         seidel=lambda wc: canonical(config["datasets"][wc.dataset].get("seidel", {})),
         image_size=seidel_image_size,
@@ -38,6 +42,11 @@ rule seidel_blur:
         dataset=one_of(SEIDEL),
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("seidel_blur")
+    resources:
+        mem_mb=mem_mb_for("seidel_blur"),
+        runtime=runtime_for("seidel_blur"),
+        gpu=gpu_for("seidel_blur"),
     params:
         seidel=seidel_data_settings,
         seed=config["seed"],
@@ -46,6 +55,8 @@ rule seidel_blur:
         "../scripts/seidel_blur.py"
 
 
+# Wiener and Richardson-Lucy run on CPU cores; ring deconvolution (gradient descent through the
+# ring forward model) on the GPU: two rules so that only the latter asks a cluster for one.
 rule deconvolve:
     input:
         split="results/data/{dataset}/split.csv",
@@ -61,11 +72,48 @@ rule deconvolve:
         "results/benchmarks/deconvolve/{dataset}/{deconv}_{level}.tsv"
     wildcard_constraints:
         dataset=one_of(SEIDEL),
-        deconv="wiener|richardson_lucy|ring",
+        deconv="wiener|richardson_lucy",
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("deconvolve")
     resources:
-        gpu=1 if config["device"] != "cpu" else 0,
+        mem_mb=mem_mb_for("deconvolve"),
+        runtime=runtime_for("deconvolve"),
+    params:
+        evaluate=canonical(
+            {k: config["evaluate"][k] for k in ("tile", "overlap", "lpips")}
+        ),
+        ring_iterations=config["experiments"]
+        .get("nonblind", {})
+        .get("ring_iterations", 300),
+        device="cpu",
+    script:
+        "../scripts/deconvolve.py"
+
+
+rule deconvolve_ring:
+    input:
+        split="results/data/{dataset}/split.csv",
+        blur="results/data/{dataset}/blur/{level}",
+        calibration="results/nonblind/{dataset}/calibration.json",
+    output:
+        summary="results/eval/{dataset}/{deconv}/{level}/summary.json",
+        per_image="results/eval/{dataset}/{deconv}/{level}/per_image.csv",
+        restored=directory("results/eval/{dataset}/{deconv}/{level}/restored"),
+    log:
+        "results/logs/nonblind/{dataset}/{deconv}_{level}.log",
+    benchmark:
+        "results/benchmarks/deconvolve/{dataset}/{deconv}_{level}.tsv"
+    wildcard_constraints:
+        dataset=one_of(SEIDEL),
+        deconv="ring",
+    conda:
+        "../../envs/dgno.yaml"
+    threads: threads_for("deconvolve_ring")
+    resources:
+        mem_mb=mem_mb_for("deconvolve_ring"),
+        runtime=runtime_for("deconvolve_ring"),
+        gpu=gpu_for("deconvolve_ring"),
     params:
         evaluate=canonical(
             {k: config["evaluate"][k] for k in ("tile", "overlap", "lpips")}

@@ -16,6 +16,10 @@ if STARDIST_MODEL == "pretrained":
             "results/logs/stardist/{dataset}_model.log",
         conda:
             "../../envs/stardist.yaml"
+        threads: threads_for("stardist_pretrained")
+        resources:
+            mem_mb=mem_mb_for("stardist_pretrained"),
+            runtime=runtime_for("stardist_pretrained"),
         params:
             spec=canonical(config["experiments"].get("stardist", {})),
         script:
@@ -35,6 +39,10 @@ else:
             "results/benchmarks/stardist_model/{dataset}.tsv"
         conda:
             "../../envs/stardist.yaml"
+        threads: threads_for("train_stardist")
+        resources:
+            mem_mb=mem_mb_for("train_stardist"),
+            runtime=runtime_for("train_stardist"),
         params:
             spec=canonical(config["experiments"].get("stardist", {})),
             seed=config["seed"],
@@ -57,6 +65,10 @@ rule stardist_ap:
         "results/benchmarks/stardist_ap/{dataset}.tsv"
     conda:
         "../../envs/stardist.yaml"
+    threads: threads_for("stardist_ap")
+    resources:
+        mem_mb=mem_mb_for("stardist_ap"),
+        runtime=runtime_for("stardist_ap"),
     params:
         spec=canonical(config["experiments"].get("stardist", {})),
     script:

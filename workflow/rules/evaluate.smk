@@ -15,12 +15,16 @@ rule evaluate:
         "results/benchmarks/evaluate/{dataset}/{method}/{level}.tsv"
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("evaluate")
     resources:
-        gpu=1 if config["device"] != "cpu" else 0,
+        mem_mb=mem_mb_for("evaluate"),
+        runtime=runtime_for("evaluate"),
+        gpu=gpu_for("evaluate"),
     params:
         evaluate=canonical(
             {k: config["evaluate"][k] for k in ("tile", "overlap", "blend", "lpips")}
         ),
+        keep_restored=keep_restored,
         device=config["device"],
     script:
         "../scripts/evaluate.py"
@@ -37,9 +41,14 @@ rule evaluate_input:
         "results/logs/evaluate/{dataset}/input/{level}.log",
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("evaluate_input")
+    resources:
+        mem_mb=mem_mb_for("evaluate_input"),
+        runtime=runtime_for("evaluate_input"),
     params:
         evaluate=canonical(
             {k: config["evaluate"][k] for k in ("tile", "overlap", "blend", "lpips")}
         ),
+        keep_restored=keep_restored,
     script:
         "../scripts/evaluate.py"

@@ -11,6 +11,10 @@ rule official_checkpoint:
         name=r"[A-Za-z0-9_.-]+",
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("official_checkpoint")
+    resources:
+        mem_mb=mem_mb_for("official_checkpoint"),
+        runtime=runtime_for("official_checkpoint"),
     params:
         url=lambda wc: config["downloads"]["official_url"] + f"{wc.name}.pth",
         sha256=lambda wc: config["downloads"]["official_sha256"].get(wc.name),
@@ -28,6 +32,10 @@ rule import_official:
         "results/logs/official/{dataset}/{method}.log",
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("import_official")
+    resources:
+        mem_mb=mem_mb_for("import_official"),
+        runtime=runtime_for("import_official"),
     params:
         options=official_options,
     script:

@@ -14,6 +14,10 @@ rule table_operators:
         "results/logs/tables/operators.log",
     conda:
         "../../envs/report.yaml"
+    threads: threads_for("table_operators")
+    resources:
+        mem_mb=mem_mb_for("table_operators"),
+        runtime=runtime_for("table_operators"),
     script:
         "../scripts/table.py"
 
@@ -31,6 +35,10 @@ rule table_synthetic:
         "results/logs/tables/synthetic.log",
     conda:
         "../../envs/report.yaml"
+    threads: threads_for("table_synthetic")
+    resources:
+        mem_mb=mem_mb_for("table_synthetic"),
+        runtime=runtime_for("table_synthetic"),
     script:
         "../scripts/table.py"
 
@@ -48,6 +56,10 @@ rule table_nonblind:
         "results/logs/tables/nonblind.log",
     conda:
         "../../envs/report.yaml"
+    threads: threads_for("table_nonblind")
+    resources:
+        mem_mb=mem_mb_for("table_nonblind"),
+        runtime=runtime_for("table_nonblind"),
     script:
         "../scripts/table.py"
 
@@ -84,6 +96,10 @@ rule table_experiment:
         experiment="main|lifting|defocus",
     conda:
         "../../envs/report.yaml"
+    threads: threads_for("table_experiment")
+    resources:
+        mem_mb=mem_mb_for("table_experiment"),
+        runtime=runtime_for("table_experiment"),
     script:
         "../scripts/table.py"
 
@@ -101,6 +117,10 @@ rule table_ablation:
         "results/logs/tables/ablation_{ablation}.log",
     conda:
         "../../envs/report.yaml"
+    threads: threads_for("table_ablation")
+    resources:
+        mem_mb=mem_mb_for("table_ablation"),
+        runtime=runtime_for("table_ablation"),
     script:
         "../scripts/table.py"
 
@@ -123,6 +143,10 @@ rule edge_band:
         "results/logs/edge_band/{dataset}.log",
     conda:
         "../../envs/report.yaml"
+    threads: threads_for("edge_band")
+    resources:
+        mem_mb=mem_mb_for("edge_band"),
+        runtime=runtime_for("edge_band"),
     params:
         methods=lambda wc: experiment_methods(wc.dataset),
         labels=lambda wc: method_labels(experiment_methods(wc.dataset)),
@@ -139,6 +163,10 @@ rule edge_band_definition:
         "results/logs/tables/edge_band_definition.log",
     conda:
         "../../envs/report.yaml"
+    threads: threads_for("edge_band_definition")
+    resources:
+        mem_mb=mem_mb_for("edge_band_definition"),
+        runtime=runtime_for("edge_band_definition"),
     params:
         band_width_px=config["evaluate"]["edge_band_px"],
     script:
@@ -162,6 +190,10 @@ rule figure_visual:
         "results/logs/figures/visual_{dataset}.log",
     conda:
         "../../envs/report.yaml"
+    threads: threads_for("figure_visual")
+    resources:
+        mem_mb=mem_mb_for("figure_visual"),
+        runtime=runtime_for("figure_visual"),
     params:
         methods=lambda wc: figure_rows(wc.dataset),
         level=lambda wc: table_levels(wc.dataset)[0],
@@ -187,6 +219,10 @@ rule figure_error_difference:
         "results/logs/figures/error_difference_{dataset}.log",
     conda:
         "../../envs/report.yaml"
+    threads: threads_for("figure_error_difference")
+    resources:
+        mem_mb=mem_mb_for("figure_error_difference"),
+        runtime=runtime_for("figure_error_difference"),
     params:
         pair=lambda wc: gg_dg_pair(experiment_methods(wc.dataset)),
         level=lambda wc: table_levels(wc.dataset)[0],
@@ -212,6 +248,10 @@ rule figure_training_curves:
         "results/logs/figures/training_curves_{dataset}.log",
     conda:
         "../../envs/report.yaml"
+    threads: threads_for("figure_training_curves")
+    resources:
+        mem_mb=mem_mb_for("figure_training_curves"),
+        runtime=runtime_for("figure_training_curves"),
     params:
         labels=lambda wc: method_labels(experiment_methods(wc.dataset)),
     script:
@@ -239,6 +279,10 @@ rule figure_synthetic:
         "results/logs/figures/synthetic_psnr.log",
     conda:
         "../../envs/report.yaml"
+    threads: threads_for("figure_synthetic")
+    resources:
+        mem_mb=mem_mb_for("figure_synthetic"),
+        runtime=runtime_for("figure_synthetic"),
     params:
         labels=method_labels(METHODS),
     script:
@@ -283,6 +327,10 @@ rule model_summary:
         "results/benchmarks/model_summary/model_summary.tsv"
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("model_summary")
+    resources:
+        mem_mb=mem_mb_for("model_summary"),
+        runtime=runtime_for("model_summary"),
     params:
         methods={m: config["methods"][m] for m in METHODS},
         scale=config["scale"],
@@ -301,6 +349,10 @@ rule report:
         "results/logs/report.log",
     conda:
         "../../envs/report.yaml"
+    threads: threads_for("report")
+    resources:
+        mem_mb=mem_mb_for("report"),
+        runtime=runtime_for("report"),
     script:
         "../scripts/report.py"
 

@@ -13,8 +13,11 @@ rule train:
         "results/benchmarks/train/{dataset}/{method}.tsv"
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("train")
     resources:
-        gpu=1 if config["device"] != "cpu" else 0,
+        mem_mb=mem_mb_for("train"),
+        runtime=runtime_for("train"),
+        gpu=gpu_for("train"),
     params:
         method=lambda wc: method_settings(wc.dataset, wc.method),
         levels=lambda wc: config["datasets"][wc.dataset]["train_levels"],

@@ -14,7 +14,9 @@ sm = snakemake  # noqa: F821
 ev = sm.params.evaluate
 data_dir = Path(sm.input.split).parent
 out_dir = Path(sm.output.summary).parent
-common = dict(method=sm.wildcards.get("method", "input"), with_lpips=ev["lpips"])
+# Restored images only where a later rule reads them (common.smk: restored_readers); the folder
+# exists either way, as the rule's output.
+common = dict(method=sm.wildcards.get("method", "input"), with_lpips=ev["lpips"], save_restored=sm.params.keep_restored)
 if "model" in sm.input.keys():
     evaluate_checkpoint(
         sm.input.model, data_dir, sm.wildcards.level, out_dir, tile=ev["tile"], overlap=ev["overlap"], blend=ev["blend"], device=sm.params.device, **common

@@ -8,17 +8,24 @@ import _log  # noqa: E402
 
 _log.redirect(snakemake.log[0])  # noqa: F821
 
-from dgno.train import ModelChoice, TrainConfig, train  # noqa: E402
+from dgno.cli import INTERRUPTED_EXIT  # noqa: E402
+from dgno.train import Interrupted, ModelChoice, TrainConfig, train  # noqa: E402
 
 sm = snakemake  # noqa: F821
 method = sm.params.method
 # prefetch is not a param: it does not change results, so changing it must not trigger a retrain.
 prefetch = sm.config["train"]["prefetch"]  # the schema fills in its default
 cfg = TrainConfig.from_dict({**sm.params.train, "prefetch": prefetch, "seed": sm.params.seed, "device": sm.params.device})
-train(
-    Path(sm.input.split).parent,
-    Path(sm.output.model).parent,
-    model_choice=ModelChoice(name=method["model"], scale=sm.params.scale, overrides=method.get("overrides", {})),
-    levels=list(sm.params.levels),
-    cfg=cfg,
-)
+try:
+    train(
+        Path(sm.input.split).parent,
+        Path(sm.output.model).parent,
+        model_choice=ModelChoice(name=method["model"], scale=sm.params.scale, overrides=method.get("overrides", {})),
+        levels=list(sm.params.levels),
+        cfg=cfg,
+    )
+except Interrupted as err:
+    # SIGTERM (SLURM's warning before the time limit): the checkpoint is written; a failed job makes
+    # Snakemake retry (profile `retries`), and the retry resumes from the checkpoint.
+    print(f"{err}; the retry resumes from it", file=sys.stderr)
+    sys.exit(INTERRUPTED_EXIT)

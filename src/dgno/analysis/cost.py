@@ -13,8 +13,6 @@ from typing import Any
 
 import pandas as pd
 
-from dgno.summary import summarize
-
 
 def _summarize_on(name: str, *, scale: str, size: int, device: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """:func:`dgno.summary.summarize` on CPU; on a GPU the same count with model and input moved there.
@@ -23,6 +21,8 @@ def _summarize_on(name: str, *, scale: str, size: int, device: str, overrides: M
     the 1024² paper-scale passes of the slow baselines (MambaIRv2's scan, SwinIR) take seconds
     instead of tens of minutes.
     """
+    from dgno.summary import summarize  # torch: imported here so that the report environment needs none
+
     if device == "cpu":
         return summarize(name, scale=scale, size=size, **dict(overrides))
     import torch

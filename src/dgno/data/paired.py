@@ -4,15 +4,22 @@ Layout (docs/CONVENTIONS.md): ``split.csv``, ``gt/<id>.tif``, ``blur/<level>/<id
 optional ``labels/<id>.tif`` and ``manifest.json`` (whose ``normalise`` key says how 16-bit data
 become [0, 1]: ``dtype`` or the BBBC006 protocol's per-image ``minmax``).
 
-Every image of the requested split is decoded once at construction. That is deliberate: an
-unreadable file is reported by name before training starts, not hours into it, and decoding a
-16-bit TIFF on every crop would starve the model of data.
+Images are streamed from disk: :func:`load_pairs` decodes every image of the requested split once,
+one at a time, so that an unreadable file or a shape mismatch is reported by name before training
+starts, not hours into it, and keeps only what fits a bounded least-recently-used cache of decoded
+images (``DGNO_IMAGE_CACHE_MB``, default 256 MB per loaded split). Pixels of an image that fell out
+of the cache are decoded again when a crop or an evaluation asks for them. Memory therefore no longer
+grows with the dataset (holding every 3DHistech pair as float32 would take about 105 GB), while a
+small dataset stays wholly in the cache and costs no decoding after the first pass. The pixel values
+are those of :func:`dgno.io.read_image` either way, so crops and scores do not depend on the budget.
 """
 
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+import os
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -46,12 +53,82 @@ def dataset_normalisation(data_dir: str | Path) -> str:
     return "dtype"
 
 
-@dataclass(frozen=True)
+DEFAULT_CACHE_MB = 256
+
+
+def cache_budget_mb() -> float:
+    """Decoded-image cache per loaded split, in MB: ``DGNO_IMAGE_CACHE_MB`` or 256."""
+    value = os.environ.get("DGNO_IMAGE_CACHE_MB", str(DEFAULT_CACHE_MB))
+    try:
+        return float(value)
+    except ValueError:
+        raise InputError(f"DGNO_IMAGE_CACHE_MB={value!r} is not a number. Fix: set it to a size in MB, e.g. 256") from None
+
+
+class ImageCache:
+    """Decoded images by path; beyond `max_bytes` the least recently used are dropped (thread-safe).
+
+    The training batches are cut in a background thread (dgno.train.BatchStream), hence the lock.
+    The one image being asked for is always kept, even if it alone exceeds the budget. Cached arrays
+    are read-only: they are shared by every caller.
+    """
+
+    def __init__(self, max_bytes: float, *, normalise: str, min_size: int):
+        self.max_bytes, self.normalise, self.min_size = max_bytes, normalise, min_size
+        self._images: OrderedDict[Path, np.ndarray] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.decodes = 0  # how many times an image was decoded (tests, benchmarks)
+
+    def get(self, path: Path) -> np.ndarray:
+        with self._lock:
+            if path in self._images:
+                self._images.move_to_end(path)
+                return self._images[path]
+        arr = read_image(path, normalise=self.normalise, min_size=self.min_size)
+        arr.setflags(write=False)
+        with self._lock:
+            self.decodes += 1
+            if path not in self._images:
+                self._images[path] = arr
+                self._bytes += arr.nbytes
+            while self._bytes > self.max_bytes and len(self._images) > 1:
+                _, old = self._images.popitem(last=False)
+                self._bytes -= old.nbytes
+        return arr
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+
 class Pair:
-    id: str
-    level: str
-    blur: np.ndarray  # (H, W) or (H, W, C) float32 in [0, 1]
-    gt: np.ndarray  # same shape
+    """One (blurred, sharp) pair at one blur level.
+
+    Pairs from :func:`load_pairs` decode their pixels on access through their split's bounded
+    cache; pairs built from arrays (tests, data made in memory) hold them. ``blur`` and ``gt`` are
+    (H, W) or (H, W, C) float32 in [0, 1], of the same shape ``shape``.
+    """
+
+    __slots__ = ("_arrays", "_cache", "_files", "id", "level", "shape")
+
+    def __init__(self, id: str, level: str, blur: np.ndarray | None = None, gt: np.ndarray | None = None, *,
+                 files: tuple[Path, Path] | None = None, cache: ImageCache | None = None, shape: tuple[int, ...] | None = None):  # fmt: skip
+        self.id, self.level = id, level
+        self._arrays = (blur, gt) if files is None else None
+        self._files, self._cache = files, cache
+        self.shape = tuple(gt.shape if shape is None else shape)
+
+    @property
+    def blur(self) -> np.ndarray:
+        return self._arrays[0] if self._arrays is not None else self._cache.get(self._files[0])
+
+    @property
+    def gt(self) -> np.ndarray:
+        return self._arrays[1] if self._arrays is not None else self._cache.get(self._files[1])
+
+    def __repr__(self) -> str:
+        return f"Pair(id={self.id!r}, level={self.level!r}, shape={self.shape})"
 
 
 def load_pairs(
@@ -62,10 +139,13 @@ def load_pairs(
     ids: list[str] | None = None,
     min_size: int = 1,
     progress: bool = False,
+    cache_mb: float | None = None,
 ) -> list[Pair]:
-    """Decode every (blur, gt) pair of `split` at each of `levels`.
+    """The (blur, gt) pairs of `split` at each of `levels`, streamed from disk (module docstring).
 
-    Raises InputError naming the first missing/unreadable file or the first shape mismatch.
+    Every image is decoded once here to check it; raises InputError naming the first
+    missing/unreadable file or the first shape mismatch. cache_mb: the decoded-image budget
+    (default :func:`cache_budget_mb`).
     """
     data_dir = Path(data_dir)
     if ids is None:
@@ -75,16 +155,19 @@ def load_pairs(
                 f"{data_dir / 'split.csv'}: no images in split {split!r} (have {sorted(split_ids)}). Fix: regenerate the split"
             )
         ids = split_ids[split]
-    norm = dataset_normalisation(data_dir)
-    gts = {i: read_image(data_dir / "gt" / f"{i}.tif", normalise=norm, min_size=min_size) for i in ids}
+    budget = cache_budget_mb() if cache_mb is None else cache_mb
+    cache = ImageCache(budget * 1e6, normalise=dataset_normalisation(data_dir), min_size=min_size)
+    shapes = {}
+    for i in tqdm(ids, desc=f"check {data_dir.name}/{split} gt", disable=not progress, leave=False):
+        shapes[i] = cache.get(data_dir / "gt" / f"{i}.tif").shape
     pairs = []
     todo = [(lvl, i) for lvl in levels for i in ids]
-    for lvl, i in tqdm(todo, desc=f"load {data_dir.name}/{split}", disable=not progress, leave=False):
+    for lvl, i in tqdm(todo, desc=f"check {data_dir.name}/{split}", disable=not progress, leave=False):
         path = data_dir / "blur" / lvl / f"{i}.tif"
-        blur = read_image(path, normalise=norm, min_size=min_size)
-        if blur.shape != gts[i].shape:
-            raise InputError(f"{path}: shape {blur.shape} differs from its ground truth {gts[i].shape}. Fix: regenerate the pair")
-        pairs.append(Pair(id=i, level=lvl, blur=blur, gt=gts[i]))
+        shape = cache.get(path).shape
+        if shape != shapes[i]:
+            raise InputError(f"{path}: shape {shape} differs from its ground truth {shapes[i]}. Fix: regenerate the pair")
+        pairs.append(Pair(i, lvl, files=(path, data_dir / "gt" / f"{i}.tif"), cache=cache, shape=shape))
     return pairs
 
 
@@ -108,11 +191,11 @@ class CropSampler:
     def __init__(self, pairs: list[Pair], *, patch: int, batch_size: int, seed: int | np.random.SeedSequence, augment: bool = True):
         if not pairs:
             raise ValueError("CropSampler needs at least one image pair")
-        small = [p for p in pairs if min(p.gt.shape[:2]) < patch]
+        small = [p for p in pairs if min(p.shape[:2]) < patch]
         if small:
             p = small[0]
             raise InputError(
-                f"image {p.id} ({p.level}) is {p.gt.shape[0]}×{p.gt.shape[1]}, smaller than the training patch {patch}. "
+                f"image {p.id} ({p.level}) is {p.shape[0]}×{p.shape[1]}, smaller than the training patch {patch}. "
                 "Fix: lower train.patch_size in the config"
             )
         self.pairs, self.patch, self.batch_size, self.augment = pairs, patch, batch_size, augment
@@ -123,11 +206,11 @@ class CropSampler:
         blurs, gts = [], []
         for _ in range(self.batch_size):
             pair = self.pairs[self.rng.integers(len(self.pairs))]
-            h, w = pair.gt.shape[:2]
+            h, w = pair.shape[:2]
             y = int(self.rng.integers(h - self.patch + 1))
             x = int(self.rng.integers(w - self.patch + 1))
             k = int(self.rng.integers(8)) if self.augment else 0
-            for src, dst in ((pair.blur, blurs), (pair.gt, gts)):
+            for src, dst in ((pair.blur, blurs), (pair.gt, gts)):  # decoded now if not in the cache
                 crop = dihedral(src[y : y + self.patch, x : x + self.patch], k)
                 dst.append(_channels_first(crop))
         return np.stack(blurs), np.stack(gts)
@@ -149,7 +232,10 @@ def to_tensor_image(img: np.ndarray):
     """(H, W[, C]) numpy → (1, C, H, W) torch tensor."""
     import torch
 
-    return torch.from_numpy(_channels_first(img))[None]
+    arr = _channels_first(img)
+    if not arr.flags.writeable:  # a cached image (shared, read-only): torch wants its own copy
+        arr = arr.copy()
+    return torch.from_numpy(arr)[None]
 
 
 def from_tensor_image(t) -> np.ndarray:

@@ -528,7 +528,7 @@ def deconvolve_dataset(
             start = time.perf_counter()
             x, per_image[ident] = restore_image(y, method, ops[shape][0], chosen, device=device)
             seconds += time.perf_counter() - start
-            write_tiff(tmp / f"{ident}.tif", x)
+            write_tiff(tmp / f"{ident}.tif", x, compress=True)
         settings = {
             "method": method,
             "level": level,

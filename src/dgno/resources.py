@@ -1,0 +1,117 @@
+"""What each workflow rule asks a cluster for: threads, memory, wall time and whether it needs a GPU.
+
+One table rather than numbers scattered over the rule files, so that the profile test can check
+that GPU rules (and only those) go to the GPU partition, and a reviewer can see the whole paper
+run's request at a glance. Values are those of the first attempt at paper scale (``scale: paper``);
+a retry (the profile's ``retries``) gets ``attempt`` times the memory and wall time, because the
+usual reason a cluster job fails twice the same way is that it was killed for exceeding one of
+them. Training also resumes from its checkpoint on a retry, so a longer second attempt finishes it.
+
+At demo scale (``config.yaml``, the test configs) every rule asks for one thread, little memory and
+a short wall time: the images are tiny, and the single-node test cluster must fit several jobs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Request:
+    threads: int
+    mem_mb: int
+    runtime_min: int
+    gpu: bool = False
+
+
+DOWNLOAD = Request(1, 2000, 240)  # network bound; 240 min covers a slow mirror for RealDOF/DPDD
+PREPARE = Request(2, 8000, 120)  # decode, crop and write one dataset's images once
+TABLE = Request(1, 2000, 30)  # reads summary.json / CSV files only
+FIGURE = Request(1, 4000, 60)  # a few images and a matplotlib figure
+
+# Paper-scale request of every rule that runs something (aggregate target rules run nothing).
+PAPER: dict[str, Request] = {
+    # data
+    "sharp_images": PREPARE,
+    "bbbc006_plane": DOWNLOAD,
+    "bbbc006_labels": DOWNLOAD,
+    "bbbc006_prepare": PREPARE,
+    "paired_source": DOWNLOAD,
+    "paired_prepare": PREPARE,
+    "sigma_sharp": PREPARE,
+    "sigma_blur": Request(4, 8000, 240),
+    # non-blind comparison: the ring forward model and ring deconvolution run on the GPU,
+    # Wiener / Richardson-Lucy on CPU cores
+    "seidel_calibration": Request(1, 4000, 60),
+    "seidel_blur": Request(4, 16000, 240, gpu=True),
+    "deconvolve": Request(4, 8000, 480),
+    "deconvolve_ring": Request(4, 16000, 480, gpu=True),
+    # training and evaluation; 8 threads feed the GPU (crop extraction, augmentation)
+    "train": Request(8, 32000, 1440, gpu=True),
+    "official_checkpoint": DOWNLOAD,
+    "import_official": Request(1, 4000, 30),
+    "evaluate": Request(4, 16000, 240, gpu=True),
+    "evaluate_input": Request(2, 8000, 120),
+    # StarDist (TensorFlow CPU)
+    "stardist_pretrained": DOWNLOAD,
+    "train_stardist": Request(8, 32000, 720),
+    "stardist_ap": Request(4, 16000, 240),
+    # operator analyses run the trained networks
+    "effective_rank": Request(4, 16000, 120, gpu=True),
+    "figure_operators": Request(4, 16000, 120, gpu=True),
+    "figure_lam": Request(4, 16000, 120, gpu=True),
+    "cost_vs_resolution": Request(4, 32000, 240, gpu=True),
+    "figure_psnr_params": FIGURE,
+    "runtime_memory": FIGURE,
+    # tables, figures, report
+    "table_operators": TABLE,
+    "table_synthetic": TABLE,
+    "table_nonblind": TABLE,
+    "table_experiment": TABLE,
+    "table_ablation": TABLE,
+    "edge_band": Request(2, 8000, 120),  # reads every restored image of a dataset
+    "edge_band_definition": TABLE,
+    "figure_visual": FIGURE,
+    "figure_error_difference": FIGURE,
+    "figure_training_curves": FIGURE,
+    "figure_synthetic": FIGURE,
+    "model_summary": Request(1, 8000, 120),  # builds every network once to count parameters/FLOPs
+    "report": FIGURE,
+}
+
+DEMO = Request(1, 1000, 30)
+
+
+def request(rule: str, scale: str) -> Request:
+    """The request of ``rule`` at the config's ``scale`` (``paper`` or anything smaller)."""
+    if rule not in PAPER:
+        raise KeyError(
+            f"dgno.resources: rule '{rule}' has no entry in PAPER (src/dgno/resources.py); "
+            "add its threads, memory, wall time and GPU need there"
+        )
+    paper = PAPER[rule]
+    return paper if scale == "paper" else Request(DEMO.threads, DEMO.mem_mb, DEMO.runtime_min, paper.gpu)
+
+
+def threads(rule: str, scale: str) -> int:
+    return request(rule, scale).threads
+
+
+def mem_mb(rule: str, scale: str):
+    """Memory in MB as a Snakemake resource function: ``attempt`` times the first attempt's."""
+    base = request(rule, scale).mem_mb
+    return lambda wildcards, attempt: base * attempt
+
+
+def runtime(rule: str, scale: str):
+    """Wall time in minutes as a Snakemake resource function: ``attempt`` times the first attempt's."""
+    base = request(rule, scale).runtime_min
+    return lambda wildcards, attempt: base * attempt
+
+
+def gpus(rule: str, device: str) -> int:
+    """GPUs the rule asks for: one for GPU work unless the config runs on the CPU (``device: cpu``)."""
+    return int(PAPER[rule].gpu and device != "cpu")
+
+
+__all__ = ["DEMO", "PAPER", "Request", "gpus", "mem_mb", "request", "runtime", "threads"]
