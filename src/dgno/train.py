@@ -36,6 +36,7 @@ from tqdm import tqdm
 from dgno import provenance
 from dgno.data.paired import CropSampler, load_pairs, read_split
 from dgno.io import InputError, atomic_path
+from dgno.launch import check_batches
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import build_model
 
@@ -450,14 +451,18 @@ def train(
     """
     ranks = Ranks.from_env()
     device = pick_device(cfg.device)
-    if ranks.distributed and cfg.batch_size % ranks.world:
-        raise InputError(
-            f"train.batch_size={cfg.batch_size} cannot be split over {ranks.world} processes (it is the batch of one optimizer "
-            f"step, shared by all of them). Fix: set train.batch_size to a multiple of {ranks.world} or launch fewer processes"
-        )
+    if ranks.distributed:
+        check_batches(ranks.world, cfg.batch_size, cfg.progressive)
     own_group = False
     if ranks.distributed:
         device, own_group = _setup_distributed(ranks, device)
+        if ranks.main:  # the job log says how the run was split (a one-process run says nothing)
+            import torch.distributed as dist
+
+            tqdm.write(
+                f"data-parallel training: world size {ranks.world} ({dist.get_backend()}), {cfg.batch_size} crops per step "
+                f"= {cfg.batch_size // ranks.world} per process"
+            )
     try:
         return _train(
             Path(data_dir),

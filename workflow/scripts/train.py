@@ -1,4 +1,4 @@
-"""Rule `train`: one model on one dataset (all logic in dgno.train)."""
+"""Rule `train`: one model on one dataset, in this process or under torchrun (logic in dgno.train, dgno.launch)."""
 
 import sys
 from pathlib import Path
@@ -8,6 +8,7 @@ import _log  # noqa: E402
 
 _log.redirect(snakemake.log[0])  # noqa: F821
 
+from dgno import launch  # noqa: E402
 from dgno.cli import INTERRUPTED_EXIT  # noqa: E402
 from dgno.train import Interrupted, ModelChoice, TrainConfig, train  # noqa: E402
 
@@ -16,14 +17,17 @@ method = sm.params.method
 # prefetch is not a param: it does not change results, so changing it must not trigger a retrain.
 prefetch = sm.config["train"]["prefetch"]  # the schema fills in its default
 cfg = TrainConfig.from_dict({**sm.params.train, "prefetch": prefetch, "seed": sm.params.seed, "device": sm.params.device})
+data_dir, out_dir = Path(sm.input.split).parent, Path(sm.output.model).parent
+choice = ModelChoice(name=method["model"], scale=sm.params.scale, overrides=method.get("overrides", {}))
+levels = list(sm.params.levels)
+# One process per GPU the job holds (the `gpu` resource, set by the profile); more than one: torchrun.
+nproc = launch.processes(sm.resources.get("gpu", 0))
+if nproc > 1:
+    launch.check_batches(nproc, cfg.batch_size, cfg.progressive)
+    sys.stdout.flush()
+    launch.exec_torchrun(nproc, launch.job_spec(data_dir, out_dir, model_choice=choice, levels=levels, cfg=cfg), sm.log[0])
 try:
-    train(
-        Path(sm.input.split).parent,
-        Path(sm.output.model).parent,
-        model_choice=ModelChoice(name=method["model"], scale=sm.params.scale, overrides=method.get("overrides", {})),
-        levels=list(sm.params.levels),
-        cfg=cfg,
-    )
+    train(data_dir, out_dir, model_choice=choice, levels=levels, cfg=cfg)
 except Interrupted as err:
     # SIGTERM (SLURM's warning before the time limit): the checkpoint is written; a failed job makes
     # Snakemake retry (profile `retries`), and the retry resumes from the checkpoint.
