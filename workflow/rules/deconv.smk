@@ -83,9 +83,7 @@ rule deconvolve:
         evaluate=canonical(
             {k: config["evaluate"][k] for k in ("tile", "overlap", "lpips")}
         ),
-        ring_iterations=config["experiments"]
-        .get("nonblind", {})
-        .get("ring_iterations", 300),
+        deconv=deconv_settings(),
         device="cpu",
     script:
         "../scripts/deconvolve.py"
