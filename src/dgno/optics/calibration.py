@@ -48,6 +48,21 @@ def _field(rows: np.ndarray | Tensor, cols: np.ndarray | Tensor, image_shape: tu
     return torch.stack([(cols_t - (w - 1) / 2.0) / field_radius, (rows_t - (h - 1) / 2.0) / field_radius], dim=-1)
 
 
+def bead_grid(image_shape: tuple[int, int], psf_size: int, pitch: int) -> np.ndarray:
+    """Bead centres (n, 2) (row, col) px on a square grid of ``pitch`` px, before jitter.
+
+    The margin keeps a bead jittered by up to ±pitch/4 and its M×M patch inside the frame.
+    """
+    h, w = image_shape
+    margin = psf_size // 2 + 1 + pitch // 4
+    rows = np.arange(margin, h - margin, pitch, dtype=np.float64)
+    cols = np.arange(margin, w - margin, pitch, dtype=np.float64)
+    if rows.size == 0 or cols.size == 0:
+        raise ValueError(f"image {image_shape} too small for beads with psf_size={psf_size}, spacing={pitch}: use larger images")
+    rr, cc = np.meshgrid(rows, cols, indexing="ij")
+    return np.stack([rr.ravel(), cc.ravel()], axis=-1)
+
+
 def synthesize_bead_image(
     coeffs: SeidelCoefficients,
     *,
@@ -75,13 +90,8 @@ def synthesize_bead_image(
     fr = float(field_radius) if field_radius is not None else max(h, w) / 2.0
     pitch = int(spacing) if spacing is not None else psf_size + 4
     rng = np.random.default_rng(seed)
-    margin = psf_size // 2 + 1 + pitch // 4
-    rows = np.arange(margin, h - margin, pitch, dtype=np.float64)
-    cols = np.arange(margin, w - margin, pitch, dtype=np.float64)
-    if rows.size == 0 or cols.size == 0:
-        raise ValueError(f"image {image_shape} too small for beads with psf_size={psf_size}, spacing={pitch}")
-    rr, cc = np.meshgrid(rows, cols, indexing="ij")
-    pos = np.stack([rr.ravel(), cc.ravel()], axis=-1) + rng.uniform(-pitch / 4, pitch / 4, (rr.size, 2))  # (n, 2)
+    grid = bead_grid(image_shape, psf_size, pitch)
+    pos = grid + rng.uniform(-pitch / 4, pitch / 4, grid.shape)  # (n, 2)
     amp = rng.uniform(0.6, 1.0, len(pos))
     anchor = np.round(pos).astype(int)
     frac = pos - anchor  # (n, 2) in [−½, ½]

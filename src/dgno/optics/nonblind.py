@@ -41,6 +41,7 @@ from dgno.io import atomic_dir, read_image, read_json, write_json, write_tiff
 from dgno.optics.calibration import (
     FITTED_TERMS,
     BeadImage,
+    bead_grid,
     detect_beads,
     extract_patches,
     fit_seidel,
@@ -215,14 +216,9 @@ def bead_frame(
     fr = max(h, w) / 2.0
     pitch = psf_size + 4
     rng = np.random.default_rng(seed)
-    margin = psf_size // 2 + 1 + pitch // 4
-    rows = np.arange(margin, h - margin, pitch, dtype=np.float64)
-    cols = np.arange(margin, w - margin, pitch, dtype=np.float64)
-    if rows.size == 0 or cols.size == 0:
-        raise ValueError(f"calibration frame {image_shape} too small for beads with PSF size {psf_size}: use larger images")
-    rr, cc = np.meshgrid(rows, cols, indexing="ij")
-    jitter = rng.integers(-(pitch // 4), pitch // 4 + 1, (rr.size, 2))
-    pos = (np.stack([rr.ravel(), cc.ravel()], axis=-1) + jitter).astype(np.int64)  # (n, 2) px
+    grid = bead_grid(image_shape, psf_size, pitch)
+    jitter = rng.integers(-(pitch // 4), pitch // 4 + 1, grid.shape)
+    pos = (grid + jitter).astype(np.int64)  # (n, 2) px
     amp = rng.uniform(0.6, 1.0, len(pos))
     peak0 = float(seidel_psf(SeidelCoefficients(), (0.0, 0.0), size=psf_size, oversampling=oversampling).max())
     points = np.zeros((h, w))
