@@ -46,6 +46,8 @@ PAPER: dict[str, Request] = {
     "seidel_blur": Request(4, 16000, 240, gpu=True),
     "deconvolve": Request(4, 8000, 480),
     "deconvolve_ring": Request(4, 16000, 480, gpu=True),
+    # re-scores every deconvolution and the blind networks at each noise level (ring on the GPU)
+    "nonblind_sensitivity": Request(4, 16000, 960, gpu=True),
     # training and evaluation; 8 threads feed the GPU (crop extraction, augmentation)
     "train": Request(8, 32000, 1440, gpu=True),
     "official_checkpoint": DOWNLOAD,
@@ -67,6 +69,7 @@ PAPER: dict[str, Request] = {
     "table_operators": TABLE,
     "table_synthetic": TABLE,
     "table_nonblind": TABLE,
+    "table_robustness": TABLE,
     "table_experiment": TABLE,
     "table_ablation": TABLE,
     "edge_band": Request(2, 8000, 120),  # reads every restored image of a dataset
@@ -75,6 +78,7 @@ PAPER: dict[str, Request] = {
     "figure_error_difference": FIGURE,
     "figure_training_curves": FIGURE,
     "figure_synthetic": FIGURE,
+    "figure_nonblind_sensitivity": FIGURE,
     "model_summary": Request(1, 8000, 120),  # builds every network once to count parameters/FLOPs
     "report": FIGURE,
 }

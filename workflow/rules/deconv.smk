@@ -135,8 +135,11 @@ rule nonblind_sensitivity:
         dataset=one_of(SEIDEL),
     conda:
         "../../envs/dgno.yaml"
+    threads: threads_for("nonblind_sensitivity")
     resources:
-        gpu=1 if config["device"] != "cpu" else 0,
+        mem_mb=mem_mb_for("nonblind_sensitivity"),
+        runtime=runtime_for("nonblind_sensitivity"),
+        gpu=gpu_for("nonblind_sensitivity"),
     params:
         deconv=deconv_settings(),
         deconvolution=DECONVOLUTION,

@@ -77,6 +77,10 @@ rule table_robustness:
         "results/logs/tables/robustness.log",
     conda:
         "../../envs/report.yaml"
+    threads: threads_for("table_robustness")
+    resources:
+        mem_mb=mem_mb_for("table_robustness"),
+        runtime=runtime_for("table_robustness"),
     script:
         "../scripts/table.py"
 
@@ -304,6 +308,10 @@ rule figure_nonblind_sensitivity:
         dataset=one_of(SEIDEL),
     conda:
         "../../envs/report.yaml"
+    threads: threads_for("figure_nonblind_sensitivity")
+    resources:
+        mem_mb=mem_mb_for("figure_nonblind_sensitivity"),
+        runtime=runtime_for("figure_nonblind_sensitivity"),
     params:
         labels={**method_labels(METHODS), **DECONV_LABELS, "input": "Blurred input"},
         read_sigma=lambda wc: config["datasets"][wc.dataset]
