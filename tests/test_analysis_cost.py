@@ -206,3 +206,10 @@ def test_gpu_speed_file_rows_and_tables(tmp_path):
     assert rows["dgno-cell [scan: triton] ÷ Restormer"][0].measured == pytest.approx(2.0)
     assert train.rows[0][1][1].measured == pytest.approx(60000 * 0.18 / 3600)
     assert "abc123" in protocol.caption and "autograd on" in protocol.caption
+
+
+def test_a_results_list_of_another_benchmark_is_other_not_unreadable(tmp_path):
+    """memory_streaming_cpu.json also has a "results" list, but of peak-RSS rows without a model."""
+    (tmp_path / "memory.json").write_text(json.dumps({"results": [{"kind": "train", "mode": "streamed", "pairs": 150, "peak_rss_mb": 846.2}]}))
+    frame = load_bench_results([tmp_path / "memory.json"])
+    assert frame["kind"].tolist() == ["other"]

@@ -173,7 +173,7 @@ def load_bench_results(paths: Iterable[str | Path]) -> pd.DataFrame:
             blob = json.loads(p.read_text())
             if isinstance(blob, dict) and isinstance(blob.get("inference"), list) and "provenance" in blob:
                 rows += _speed_rows(p, blob)
-            elif isinstance(blob, dict) and isinstance(blob.get("results"), list):
+            elif isinstance(blob, dict) and isinstance(blob.get("results"), list) and all("model" in r for r in blob["results"]):
                 rows += _bench_rows(p, blob)
             elif isinstance(blob, dict) and isinstance(blob.get("models"), dict):
                 rows += _models_rows(p, blob)

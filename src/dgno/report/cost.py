@@ -260,11 +260,14 @@ def runtime_section(results: Path) -> tuple[Section, bool]:
         "not measured by this run of the workflow. Each table says which file, commit, device and date."
     )
     prows = paper.get("rows", {})
-    modes = forward["mode"] if "mode" in forward else pd.Series(index=forward.index, dtype=object)
-    speed = forward[modes.notna()]
+    modes = frame["mode"] if "mode" in frame else pd.Series(index=frame.index, dtype=object)
+    speed = frame[modes.notna() & frame["kind"].isin(["forward", "train"])]  # bench_gpu_speed.py files
+    speed_out = []
     for (file, device), sub in speed.groupby(["file", "device"], sort=False):
-        sec.tables.extend(speed_tables(sub, frame[(frame["kind"] == "train") & (frame["file"] == file)], prows, file, str(device)))
-    forward = forward[modes.isna()]
+        speed_out += speed_tables(sub[sub["kind"] == "forward"], sub[sub["kind"] == "train"], prows, file, str(device))
+    # the table comparable with the paper's (its memory protocol) first, then inference, then training
+    sec.tables.extend(sorted(speed_out, key=lambda t: (not t.caption.startswith("The paper's protocol"), t.caption.startswith("Training"))))
+    forward = forward[forward["mode"].isna()] if "mode" in forward else forward
     for (file, device), sub in forward.groupby(["file", "device"], sort=False):
         sizes = sorted(sub["size"].unique())
         table = Table(columns=[(f"{int(n)} px", m) for n in sizes for m in ("img/s", "peak GB")])
@@ -292,10 +295,10 @@ def runtime_section(results: Path) -> tuple[Section, bool]:
             + (" Paper values (GB / img/s, GPU and precision not stated in the paper) are shown below the measured ones." if gpu else "")
         )
         sec.tables.append(table)
-    train = frame[(frame["kind"] == "train") & ~frame["file"].isin(set(speed["file"]))]
+    train = frame[(frame["kind"] == "train") & modes.isna()]
     for _, r in train.iterrows():
         sec.notes.append(
-            f"Training step ({r['file']}, {r['device']}): {r['model']} {r['scale']} scale, batch {r['batch']} at {r['size']} px"
+            f"Training step ({r['file']}, {r['device']}): {r['model']} {r['scale']} scale, batch {int(r['batch'])} at {int(r['size'])} px"
             f"{', bf16 autocast' if r['amp_bf16'] else ''}: {r['images_per_second']:.1f} images/s, peak {r['peak_memory_mb'] / 1024:.1f} GB."
         )
     sec.figures.append(
