@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint report clean
+.PHONY: install demo test rehearsal lint report clean
 
 install: $(STAMP)
 
@@ -27,6 +27,10 @@ report: install
 
 test: install
 	$(BIN)/python -m pytest
+
+# Every rule of the paper DAG once, on a throw-away single-node SLURM, downloads from loopback (tests/test_rehearsal.py).
+rehearsal: install
+	$(BIN)/python -m pytest -m rehearsal -s tests/test_rehearsal.py
 
 lint: install
 	$(BIN)/snakemake --lint

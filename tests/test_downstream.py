@@ -172,6 +172,20 @@ def test_trained_model_directory_describes_itself(trained_model, nuclei_image):
     np.testing.assert_array_equal(ds.predict_labels(reloaded, crop), ds.predict_labels(model, crop))
 
 
+def test_pretrained_can_come_from_a_local_copy(trained_model, tmp_path, monkeypatch):
+    """Compute nodes without network: DGNO_STARDIST_PRETRAINED_DIR replaces the download (never silently)."""
+    from stardist.models import StarDist2D
+
+    model, _, out = trained_model
+    monkeypatch.setattr(StarDist2D, "from_pretrained", classmethod(lambda cls, name: pytest.fail("downloaded despite the local copy")))
+    monkeypatch.setenv(ds.PRETRAINED_DIR_ENV, str(out))
+    local, desc = ds.load_stardist_model("pretrained")
+    assert str(out) in desc and "local copy" in desc and local.thresholds == model.thresholds
+    monkeypatch.setenv(ds.PRETRAINED_DIR_ENV, str(tmp_path / "empty"))
+    with pytest.raises(RuntimeError, match=r"DGNO_STARDIST_PRETRAINED_DIR=.*empty has no config.json"):
+        ds.load_stardist_model("pretrained")
+
+
 def test_model_source_errors_are_actionable(stardist_extra, tmp_path, monkeypatch):
     from stardist.models import StarDist2D
 

@@ -38,6 +38,10 @@ from dgno.io import InputError, read_image, read_raw_image, replace_dir, write_c
 THRESHOLDS = (0.5, 0.7, 0.9)
 INSTALL_HINT = "pip install -r requirements-stardist.txt"
 PRETRAINED_NAME = "2D_versatile_fluo"
+# A local copy of the published model (its unpacked folder, with config.json), for machines without
+# network: SLURM compute nodes often have none, and the StarDist scoring runs there. Also what the
+# paper rehearsal (tests/test_rehearsal.py) points at, a tiny stand-in, since it runs offline.
+PRETRAINED_DIR_ENV = "DGNO_STARDIST_PRETRAINED_DIR"
 MODEL_INFO = "dgno_stardist.json"  # written beside StarDist's own config.json / weights_best.h5
 PERCENTILES = (1.0, 99.8)  # StarDist's standard input normalisation (csbdeep ``normalize``)
 COLUMNS = ("condition", "ap50", "ap70", "ap90", "map", "n_images")
@@ -186,6 +190,16 @@ def load_stardist_model(source: str | Path) -> tuple[Any, str]:
     _import_stardist()
     from stardist.models import StarDist2D
 
+    if str(source) == "pretrained" and os.environ.get(PRETRAINED_DIR_ENV):
+        local = Path(os.environ[PRETRAINED_DIR_ENV])
+        if not (local / "config.json").is_file():
+            raise RuntimeError(
+                f"{PRETRAINED_DIR_ENV}={local} has no config.json. Fix: point it at the unpacked {PRETRAINED_NAME!r} folder "
+                "(config.json, weights_best.h5, thresholds.json), or unset it to download the model"
+            )
+        with _quiet():
+            model = StarDist2D(None, name=local.name, basedir=str(local.parent))
+        return model, f"StarDist2D '{PRETRAINED_NAME}' (published pretrained model, local copy at {local})"
     if str(source) == "pretrained":
         try:
             with _quiet():
