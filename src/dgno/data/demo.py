@@ -27,7 +27,7 @@ import json
 import os
 import shutil
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -192,6 +192,29 @@ def write_sharp_dataset(
     return out_dir
 
 
+def write_sigma_level(
+    data_dir: Path,
+    level: str,
+    idents: list[str],
+    blur_one: Callable[[str], tuple[np.ndarray, np.ndarray]],
+    info: dict,
+    *,
+    progress: bool,
+) -> None:
+    """``blur/<level>/<id>.tif`` and ``sigma/<level>/<id>.tif`` from ``blur_one(id) -> (sigma, blurred)``,
+    plus ``sigma/<level>/level.json`` = ``info``; shared by the demo and the sigma_map datasets.
+
+    Both folders are written atomically, ``blur/<level>`` renamed into place last (the outer block):
+    its presence means the level is complete.
+    """
+    with atomic_dir(data_dir / "blur" / level) as blur_dir, atomic_dir(data_dir / "sigma" / level) as sigma_dir:
+        for ident in tqdm(idents, desc=f"blur {data_dir.name}/{level}", disable=not progress):
+            sigma, blurred = blur_one(ident)
+            _write_tif(blur_dir / f"{ident}.tif", blurred)
+            _write_tif(sigma_dir / f"{ident}.tif", sigma)
+        (sigma_dir / "level.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+
+
 def write_blur_level(
     data_dir: str | Path,
     *,
@@ -214,26 +237,24 @@ def write_blur_level(
     _validate(kind, manifest["size"], 1, 0, {level: list(sigma_range)}, manifest["seed"], correlation_length)
     lo, hi = float(sigma_range[0]), float(sigma_range[1])
     key = _level_key(level)
-    # blur/<level> is renamed into place last (the outer block): its presence means the level is complete
-    with atomic_dir(data_dir / "blur" / level) as blur_dir, atomic_dir(data_dir / "sigma" / level) as sigma_dir:
-        for ident, s in tqdm(seeds.items(), desc=f"blur {data_dir.name}/{level}", disable=not progress):
-            clean = tifffile.imread(data_dir / ("clean" if kind == "nuclei" else "gt") / f"{ident}.tif").astype(np.float32)
-            sigma = random_sigma_map(clean.shape, (lo, hi), seed=_stream(s, _STREAM_SIGMA, key), correlation_length=correlation_length)
-            blurred = sigma_blur(clean, sigma)
-            if kind == "nuclei":
-                if ident not in photometry:
-                    raise ValueError(
-                        f"{data_dir / 'manifest.json'}: no photometry for image {ident!r} (written by an older version?); "
-                        "regenerate the dataset's sharp images (snakemake --forcerun sharp_images)"
-                    )
-                phot = synth.Photometry.from_dict(photometry[ident])  # the same microscope and exposure as its sharp image
-                noisy = synth.add_camera_noise(blurred, seed=[s, _STREAM_BLUR_NOISE, key], photometry=phot)
-                _write_tif(blur_dir / f"{ident}.tif", to_uint16_full_range(noisy))
-            else:
-                _write_tif(blur_dir / f"{ident}.tif", blurred)
-            _write_tif(sigma_dir / f"{ident}.tif", sigma)
-        info = {"level": level, "sigma_range": [lo, hi], "correlation_length": correlation_length, **_blur_description()}
-        (sigma_dir / "level.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+
+    def blur_one(ident: str) -> tuple[np.ndarray, np.ndarray]:
+        s = seeds[ident]
+        clean = tifffile.imread(data_dir / ("clean" if kind == "nuclei" else "gt") / f"{ident}.tif").astype(np.float32)
+        sigma = random_sigma_map(clean.shape, (lo, hi), seed=_stream(s, _STREAM_SIGMA, key), correlation_length=correlation_length)
+        blurred = sigma_blur(clean, sigma)
+        if kind != "nuclei":
+            return sigma, blurred
+        if ident not in photometry:
+            raise ValueError(
+                f"{data_dir / 'manifest.json'}: no photometry for image {ident!r} (written by an older version?); "
+                "regenerate the dataset's sharp images (snakemake --forcerun sharp_images)"
+            )
+        phot = synth.Photometry.from_dict(photometry[ident])  # the same microscope and exposure as its sharp image
+        return sigma, to_uint16_full_range(synth.add_camera_noise(blurred, seed=[s, _STREAM_BLUR_NOISE, key], photometry=phot))
+
+    info = {"level": level, "sigma_range": [lo, hi], "correlation_length": correlation_length, **_blur_description()}
+    write_sigma_level(data_dir, level, list(seeds), blur_one, info, progress=progress)
     return data_dir
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import tifffile
 from tqdm import tqdm
 
+from dgno.data.demo import write_sigma_level
 from dgno.data.paired import dataset_normalisation, read_split
 from dgno.io import atomic_dir, read_image
 from dgno.optics.sigma_blur import random_sigma_map, sigma_blur
@@ -65,14 +66,13 @@ def write_level(
     data_dir = Path(data_dir)
     manifest = json.loads((data_dir / "manifest.json").read_text())
     lo, hi = (float(v) for v in sigma_range)
-    # blur/<level> is renamed into place last (the outer block): its presence means the level is complete
-    with atomic_dir(data_dir / "blur" / level) as blur_dir, atomic_dir(data_dir / "sigma" / level) as sigma_dir:
-        for gt_path in tqdm(sorted((data_dir / "gt").glob("*.tif")), desc=f"blur {data_dir.name}/{level}", disable=not progress):
-            sharp = tifffile.imread(gt_path).astype(np.float32)
-            seed = _image_seed(manifest["seed"], gt_path.stem, level)
-            sigma = random_sigma_map(sharp.shape[:2], (lo, hi), seed=seed, correlation_length=correlation_length)
-            _write_tif(sigma_dir / gt_path.name, sigma)
-            _write_tif(blur_dir / gt_path.name, np.clip(sigma_blur(sharp, sigma), 0.0, 1.0))
-        info = {"level": level, "sigma_range": [lo, hi], "correlation_length": correlation_length, "noise": "none", "blur": "dgno.optics.sigma_blur.sigma_blur"}
-        (sigma_dir / "level.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+
+    def blur_one(ident: str) -> tuple[np.ndarray, np.ndarray]:
+        sharp = tifffile.imread(data_dir / "gt" / f"{ident}.tif").astype(np.float32)
+        sigma = random_sigma_map(sharp.shape[:2], (lo, hi), seed=_image_seed(manifest["seed"], ident, level), correlation_length=correlation_length)
+        return sigma.astype(np.float32), np.clip(sigma_blur(sharp, sigma), 0.0, 1.0).astype(np.float32)
+
+    idents = sorted(p.stem for p in (data_dir / "gt").glob("*.tif"))
+    info = {"level": level, "sigma_range": [lo, hi], "correlation_length": correlation_length, "noise": "none", "blur": "dgno.optics.sigma_blur.sigma_blur"}
+    write_sigma_level(data_dir, level, idents, blur_one, info, progress=progress)
     return data_dir / "blur" / level

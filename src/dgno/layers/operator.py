@@ -21,6 +21,7 @@ neighbours' volume operators (Eq. 18).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from functools import reduce
 from typing import Literal, get_args
 
@@ -112,7 +113,7 @@ class _ContiguousGrad(torch.autograd.Function):
         return grad.contiguous()
 
 
-class _GalerkinLayer(nn.Module):
+class _GalerkinLayer(nn.Module, ABC):
     """Shared parts: QKV projection, per-head norms, pointwise MLP, element (un)folding."""
 
     def __init__(self, *, dim: int, heads: int) -> None:
@@ -161,9 +162,9 @@ class _GalerkinLayer(nn.Module):
     def _pad(self, x: Tensor) -> Tensor:
         return x
 
+    @abstractmethod
     def _operator_parts(self, xp: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         """Q on the element grid and the named parts of K_e (summed in insertion order)."""
-        raise NotImplementedError
 
     def forward(self, x: Tensor) -> Tensor:
         h, w = x.shape[-2:]

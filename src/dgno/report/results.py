@@ -93,12 +93,9 @@ def luma_psnr_values(summaries: pd.DataFrame, datasets: list[str], levels: dict[
     return out
 
 
-def lifting_section(config: dict, summaries: pd.DataFrame) -> Section:
-    exp = config["experiments"]["lifting"]
-    paper = load_paper("lifting")
+def _one_dataset_table(sec: Section, config: dict, summaries: pd.DataFrame, exp: dict, paper: dict, paper_rows: dict) -> Section:
+    """Add the paper's note and the PSNR / SSIM / LPIPS table of ``exp``'s methods on its one dataset."""
     ds = exp["dataset"]
-    sec = Section(id="lifting", title="Lifting modules with and without DGNO operator layers", paper_source=paper.get("source", ""))
-    sec.notes.append(f"Dataset {ds}. '<encoder>-dgno' = that encoder as the lifting module of DGNO-Cell's decoder of operator layers.")
     if paper.get("notes"):
         sec.notes.append("Note on the paper's numbers: " + str(paper["notes"]))
     sec.tables.append(
@@ -109,10 +106,19 @@ def lifting_section(config: dict, summaries: pd.DataFrame) -> Section:
             method_cfgs=config["methods"],
             levels={ds: table_levels(config, ds)},
             metrics=["psnr", "ssim", "lpips"],
-            paper_rows=paper.get("rows", {}),
+            paper_rows=paper_rows,
         )
     )
     return sec
+
+
+def lifting_section(config: dict, summaries: pd.DataFrame) -> Section:
+    exp = config["experiments"]["lifting"]
+    paper = load_paper("lifting")
+    ds = exp["dataset"]
+    sec = Section(id="lifting", title="Lifting modules with and without DGNO operator layers", paper_source=paper.get("source", ""))
+    sec.notes.append(f"Dataset {ds}. '<encoder>-dgno' = that encoder as the lifting module of DGNO-Cell's decoder of operator layers.")
+    return _one_dataset_table(sec, config, summaries, exp, paper, paper.get("rows", {}))
 
 
 def defocus_section(config: dict, summaries: pd.DataFrame) -> Section:
@@ -174,20 +180,7 @@ def real_defocus_section(name: str, config: dict, summaries: pd.DataFrame) -> Se
     unmatched = [r.get("label", k) for k, r in rows.items() if k not in used]
     if unmatched:
         sec.notes.append("Paper rows with no method in this run (not in the model registry or not configured): " + ", ".join(unmatched) + ".")
-    if paper.get("notes"):
-        sec.notes.append("Note on the paper's numbers: " + str(paper["notes"]))
-    sec.tables.append(
-        metric_table(
-            summaries,
-            datasets=[ds],
-            methods=exp["methods"],
-            method_cfgs=config["methods"],
-            levels={ds: table_levels(config, ds)},
-            metrics=["psnr", "ssim", "lpips"],
-            paper_rows=paper_rows,
-        )
-    )
-    return sec
+    return _one_dataset_table(sec, config, summaries, exp, paper, paper_rows)
 
 
 def mark_best_grid(table: Table) -> None:
