@@ -7,11 +7,12 @@ from snakemake.utils import min_version
 
 min_version("9.0")
 
-# This checkout's dgno, for Snakemake itself and (dgno.jobenv) for every job, whichever environment
-# runs it: the --sdm conda envs hold only the dependencies, a shared venv may hold an older install.
+# This checkout's dgno, for Snakemake itself and (dgno.workflow.jobenv) for every job, whichever
+# environment runs it: the --sdm conda envs hold only the dependencies, a shared venv may hold an
+# older install.
 SRC = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, SRC)
-from dgno.jobenv import export_source_path
+from dgno.workflow.jobenv import export_source_path
 
 export_source_path(SRC)
 

@@ -185,7 +185,7 @@ def test_dataset_views_from_checkpoints(tmp_path):
 
 
 def test_report_shows_the_figure_with_its_ratio(tmp_path):
-    from dgno.config import load_config
+    from dgno.workflow.config import load_config
     from dgno.report.build import build_report
 
     cfg = load_config(ROOT / "config.yaml")

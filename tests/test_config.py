@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dgno.config import ConfigError, load_config, validate_config
+from dgno.workflow.config import ConfigError, load_config, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

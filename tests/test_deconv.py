@@ -206,7 +206,7 @@ def test_restoration_settings_come_from_the_config():
     """deconv_params reads the config block; "auto" follows σ̂; code defaults equal the schema's."""
     import yaml
 
-    from dgno.config import load_config
+    from dgno.workflow.config import load_config
 
     root = Path(__file__).resolve().parents[1]
     nb = load_config(root / "config.yaml")["experiments"]["nonblind"]

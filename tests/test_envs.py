@@ -21,7 +21,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from dgno.jobenv import export_source_path
+from dgno.workflow.jobenv import export_source_path
 
 ENVS = ("dgno", "report", "stardist")
 HOST_ONLY = {"snakemake", "snakemake-executor-plugin-slurm"}  # run Snakemake, not its jobs

@@ -160,7 +160,7 @@ def test_config_rejects_a_lam_level_that_is_not_tested():
     import yaml
     from conftest import ROOT
 
-    from dgno.config import ConfigError, load_schema, validate_config
+    from dgno.workflow.config import ConfigError, load_schema, validate_config
 
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     cfg["experiments"]["lam"]["level"] = "z99"
@@ -176,7 +176,7 @@ def test_report_section_compares_the_methods(tmp_path):
     import pandas as pd
     from conftest import ROOT
 
-    from dgno.config import load_config
+    from dgno.workflow.config import load_config
     from dgno.report.build import build_report
 
     cfg = load_config(ROOT / "config.yaml")

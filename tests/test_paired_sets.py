@@ -18,7 +18,7 @@ import yaml
 from conftest import ROOT, SNAKEMAKE
 from fixtures_http import bbbc006_http_session, bbbc006_server  # noqa: F401  (fixtures)
 
-from dgno.config import ConfigError, load_schema, validate_config
+from dgno.workflow.config import ConfigError, load_schema, validate_config
 from dgno.data import manual
 from dgno.data.paired import load_pairs, read_split
 from dgno.io import read_json
@@ -246,7 +246,7 @@ def test_every_model_takes_rgb():
 def test_report_sections_compare_with_paper_or_say_how_to_run():
     import pandas as pd
 
-    from dgno.config import load_config
+    from dgno.workflow.config import load_config
     from dgno.report.results import main_section, real_defocus_section
 
     cfg = load_config(ROOT / "config" / "paper.yaml")

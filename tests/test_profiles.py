@@ -9,7 +9,7 @@ import pytest
 import yaml
 from conftest import ROOT, SNAKEMAKE
 
-from dgno import resources
+from dgno.workflow import resources
 
 PROFILES = ["slurm", "slurm-test", "local"]
 GPU_RULES = {name for name, req in resources.PAPER.items() if req.gpu}
@@ -57,7 +57,7 @@ def test_every_rule_declares_threads_memory_runtime_and_gpu_from_the_table(rule_
     blocks = rule_blocks()
     assert set(blocks) == rule_names - {"all"}
     runs = {name for name, text in blocks.items() if re.search(r"^\s+(script|shell|run):", text, re.M)}
-    assert runs == set(resources.PAPER), "src/dgno/resources.py must list exactly the rules that run something"
+    assert runs == set(resources.PAPER), "src/dgno/workflow/resources.py must list exactly the rules that run something"
     for name in runs:
         text = blocks[name]
         for line in (f'threads: threads_for("{name}")', f'mem_mb=mem_mb_for("{name}")', f'runtime=runtime_for("{name}")'):

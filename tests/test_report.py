@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dgno.config import load_config
+from dgno.workflow.config import load_config
 from dgno.report.build import build_report
 from dgno.report.tables import load_paper_values
 
@@ -132,7 +132,7 @@ def test_nonblind_protocol_text_comes_from_the_config(tmp_path):
     """The non-blind section's protocol notes quote the config's noise and restoration settings, not typed-in prose."""
     import copy
 
-    from dgno.config import load_config
+    from dgno.workflow.config import load_config
     from dgno.report.downstream import nonblind_protocol
 
     cfg = copy.deepcopy(load_config(ROOT / "config.yaml"))

@@ -186,7 +186,7 @@ def test_exposure_avoids_saturation():
 
 
 def test_schema_defaults_are_the_generator_defaults():
-    from dgno.config import load_schema
+    from dgno.workflow.config import load_schema
 
     props = load_schema()["properties"]["datasets"]["additionalProperties"]["properties"]["photometry"]["properties"]
     assert {k: tuple(float(x) for x in v["default"]) for k, v in props.items()} == synth.PHOTOMETRY_RANGES
@@ -229,7 +229,7 @@ def test_demo_and_config_robustness_set_lies_outside_the_training_range():
 
     import yaml
 
-    from dgno.config import ConfigError, validate_config
+    from dgno.workflow.config import ConfigError, validate_config
 
     raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
     cfg = validate_config(raw)

@@ -20,7 +20,7 @@ INTERRUPTED_EXIT = 143
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from dgno.config import load_config
+    from dgno.workflow.config import load_config
     from dgno.train import Interrupted, ModelChoice, TrainConfig, train
 
     cfg = load_config(args.config)
@@ -130,7 +130,7 @@ def _cmd_import_official(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from dgno.config import load_config
+    from dgno.workflow.config import load_config
     from dgno.report.build import build_report
 
     build_report(load_config(args.config), args.results, args.out)

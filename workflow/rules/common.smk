@@ -6,8 +6,8 @@ from glob import glob
 from pathlib import Path
 from types import SimpleNamespace
 
-from dgno import resources as dgno_resources
-from dgno.config import load_schema, validate_config
+from dgno.workflow import resources as dgno_resources
+from dgno.workflow.config import load_schema, validate_config
 
 config.update(
     validate_config(
@@ -31,7 +31,7 @@ PAIRED = [
 RAW = config["downloads"]["raw_dir"]
 
 
-# Threads, memory, wall time and GPU per workflow step come from one table (dgno.resources), scaled by `scale`
+# Threads, memory, wall time and GPU per workflow step come from one table (dgno.workflow.resources), scaled by `scale`
 # (paper or demo); memory and wall time grow with the retry `attempt`.
 def threads_for(name):
     return dgno_resources.threads(name, config["scale"])

@@ -90,7 +90,7 @@ def request(rule: str, scale: str) -> Request:
     """The request of ``rule`` at the config's ``scale`` (``paper`` or anything smaller)."""
     if rule not in PAPER:
         raise KeyError(
-            f"dgno.resources: rule '{rule}' has no entry in PAPER (src/dgno/resources.py); "
+            f"dgno.workflow.resources: rule '{rule}' has no entry in PAPER (src/dgno/workflow/resources.py); "
             "add its threads, memory, wall time and GPU need there"
         )
     paper = PAPER[rule]
