@@ -111,7 +111,6 @@ def worker_forward(name: str, size: int) -> dict[str, Any]:
     """Paper-scale parameter count, forward time and memory of one model (run in its own process)."""
     import torch
 
-    import dgno.models.baselines  # noqa: F401  (registers the baselines)
     from dgno.models.registry import build_model
 
     model = build_model(name, scale="paper").eval()
@@ -138,7 +137,6 @@ def worker_train(name: str, iters: int) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
 
-    import dgno.models.baselines  # noqa: F401  (registers the baselines)
     from dgno.models.registry import build_model
 
     torch.manual_seed(0)

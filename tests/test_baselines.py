@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-import dgno.models.baselines  # noqa: F401  (registers the baselines; the registry imports it too)
 from dgno.layers.blocks import make_encoder_block
+from dgno.models.baselines import NETWORKS
 from dgno.models.gkmnet import GaussianBank, gaussian_bank_1d
 from dgno.models.lifting import LIFTING_MODELS
-from dgno.models.mpt import CrossScaleWindowAttention, heads_for
-from dgno.models.registry import build_model, from_checkpoint, list_models, model_spec
+from dgno.models.mpt import PAPER_FACTORS, CrossScaleWindowAttention, heads_for
+from dgno.models.registry import LIFTING_BLOCKS, MPT_PAPER_FACTORS, build_model, list_models, model_spec
 
 # spandrel's NAFNet LayerNorm backward still uses ctx.saved_variables (its code, not ours)
 pytestmark = pytest.mark.filterwarnings("ignore:'saved_variables' is deprecated:DeprecationWarning")
@@ -29,6 +29,14 @@ def test_registry_lists_every_baseline():
     for name in NAMES:
         for scale in ("paper", "demo", "smoke"):
             model_spec(name, scale)  # raises ValueError when a scale is missing
+
+
+def test_every_registry_name_has_its_network_and_the_copied_tables_agree():
+    """The registry's specs are plain data (no torch); the networks and two constants live beside the
+    network code. A name without a network, or a copy that drifted, would only fail when built."""
+    assert set(NETWORKS) == set(list_models())
+    assert LIFTING_BLOCKS == LIFTING_MODELS
+    assert model_spec("mpt", "paper")["factors"] == MPT_PAPER_FACTORS == PAPER_FACTORS
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -69,10 +77,13 @@ def test_gradients_reach_every_parameter(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_hparams_rebuild_identical_outputs(name):
+    """A network records the complete kwargs of its constructor (JSON-safe): they rebuild it exactly."""
     torch.manual_seed(0)
     model = build_model(name, scale="smoke").eval()
-    ckpt = json.loads(json.dumps({"name": name, "scale": "smoke", "hparams": model.hparams}))  # JSON-safe
-    rebuilt = from_checkpoint({**ckpt, "state_dict": model.state_dict()}).eval()
+    hparams = json.loads(json.dumps(model.hparams))
+    rebuilt = type(model)(**hparams)
+    rebuilt.load_state_dict(model.state_dict())
+    rebuilt.eval()
     x = torch.rand(1, 1, 48, 56)
     with torch.no_grad():
         for a, b in zip(model(x), rebuilt(x)):

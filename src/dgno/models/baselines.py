@@ -1,4 +1,4 @@
-"""Every baseline of the paper in the model registry, plus the lifting-module ablation.
+"""Every baseline of the paper, the lifting-module ablation, and the network class of each registry name.
 
 Names (each with "paper", "demo" and "smoke" scales):
 
@@ -15,14 +15,15 @@ Names (each with "paper", "demo" and "smoke" scales):
 | restormer-dgno | DGNO-Cell with Restormer blocks as lifting encoder             | ``dgno.models.lifting`` |
 | mpt-dgno       | DGNO-Cell with MPT blocks as lifting encoder                   | ``dgno.models.lifting`` |
 
-All follow the registry contract: ``factory(in_channels=..., **scale)`` → a module with ``.hparams``
+All follow the registry contract: ``NETWORKS[name](in_channels=..., **spec)`` → a module with ``.hparams``
 whose forward maps (B, C, H, W) of any size to a list of restorations, coarse to fine (a
 one-element list for single-output networks).  spandrel networks are wrapped in small adapters
 that record the hyper-parameters, reflect-pad to the network's size multiple and crop back.
 
-Demo scales are sized so that 300 training steps of batch 4 on 64×64 patches take at most about
-a minute on one CPU core (``benchmarks/bench_models.py`` measures it); smoke scales are the
-smallest networks that still run every code path (tests).
+Their sizes at each scale are in ``dgno.models.registry``: demo scales are sized so that 300 training
+steps of batch 4 on 64×64 patches take at most about a minute on one CPU core
+(``benchmarks/bench_models.py`` measures it); smoke scales are the smallest networks that still run
+every code path (tests).
 """
 
 from __future__ import annotations
@@ -38,8 +39,7 @@ from dgno.models.gkmnet import GKMNet
 from dgno.models.lifting import LIFTING_MODELS, quiet_spandrel
 from dgno.models.mambairv2 import MambaIRv2
 from dgno.models.mimo_unet import MIMOUNet
-from dgno.models.mpt import MPT, PAPER_FACTORS
-from dgno.models.registry import model_spec, register
+from dgno.models.mpt import MPT
 
 
 class _PaddedRestorer(nn.Module):
@@ -202,95 +202,19 @@ class RestormerRestorer(_PaddedRestorer):
         )
 
 
-# --- scales ----------------------------------------------------------------------------------
-# paper: the published restoration configurations (see each class); demo: ≤ ~1 min for 300 steps of
-# batch 4 at 64² on one CPU core; smoke: tiny.
+# --- the network behind every registry name ----------------------------------------------------
+# dgno.models.registry holds the names and their specs (plain data, no torch); build_model imports
+# this table only when it builds a network. Importing this module also registers the lifting
+# encoder blocks (dgno.models.lifting) that the lifting-ablation networks name.
 
-_SCALES: dict[str, tuple[type[nn.Module], dict[str, dict[str, Any]]]] = {
-    "nafnet": (
-        NAFNetRestorer,
-        {
-            "paper": {"width": 32, "middle_blocks": 1, "encoder_blocks": [1, 1, 1, 28], "decoder_blocks": [1, 1, 1, 1]},
-            "demo": {"width": 16, "middle_blocks": 2, "encoder_blocks": [1, 1, 1, 2], "decoder_blocks": [1, 1, 1, 1]},
-            "smoke": {"width": 4, "middle_blocks": 1, "encoder_blocks": [1, 1], "decoder_blocks": [1, 1]},
-        },
-    ),
-    "swinir": (
-        SwinIRRestorer,
-        {
-            "paper": {"img_size": 128, "window_size": 8, "depths": [6] * 6, "num_heads": [6] * 6, "embed_dim": 180,
-                      "mlp_ratio": 2.0, "drop_path_rate": 0.1},
-            "demo": {"img_size": 64, "window_size": 8, "depths": [2], "num_heads": [2], "embed_dim": 24,
-                     "mlp_ratio": 2.0, "drop_path_rate": 0.0},
-            "smoke": {"img_size": 32, "window_size": 4, "depths": [1], "num_heads": [1], "embed_dim": 8,
-                      "mlp_ratio": 2.0, "drop_path_rate": 0.0},
-        },
-    ),
-    "restormer": (
-        RestormerRestorer,
-        {
-            "paper": {"dim": 48, "num_blocks": [4, 6, 6, 8], "num_refinement_blocks": 4, "heads": [1, 2, 4, 8],
-                      "ffn_expansion": 2.66, "bias": False, "layer_norm": "WithBias"},
-            "demo": {"dim": 8, "num_blocks": [1, 1, 1, 1], "num_refinement_blocks": 0, "heads": [1, 1, 1, 1],
-                     "ffn_expansion": 2.66, "bias": False, "layer_norm": "WithBias"},
-            "smoke": {"dim": 4, "num_blocks": [1, 1, 1, 1], "num_refinement_blocks": 1, "heads": [1, 1, 1, 1],
-                      "ffn_expansion": 2.66, "bias": False, "layer_norm": "WithBias"},
-        },
-    ),
-    "gkmnet": (
-        GKMNet,
-        {
-            "paper": {"channels": [32, 64, 128], "num_kernels": 21, "sigma_step": 0.25, "kernel_size": 21, "lstm_kernel": 5},
-            "demo": {"channels": [8, 12, 16], "num_kernels": 9, "sigma_step": 0.5, "kernel_size": 21, "lstm_kernel": 3},
-            "smoke": {"channels": [4, 8, 8], "num_kernels": 3, "sigma_step": 0.5, "kernel_size": 5, "lstm_kernel": 3},
-        },
-    ),
-    "mimo-unet": (
-        MIMOUNet,
-        {
-            "paper": {"base_channels": 32, "num_res": 8},
-            "demo": {"base_channels": 12, "num_res": 2},
-            "smoke": {"base_channels": 8, "num_res": 1},
-        },
-    ),
-    "mpt": (
-        MPT,
-        {
-            "paper": {"dim": 40, "factors": PAPER_FACTORS, "heads": [1, 2, 4, 8], "window": 8, "ffn_expansion": 2.6},
-            "demo": {"dim": 8, "factors": [[4], [2], [2], [2]], "heads": [1, 1, 2, 2], "window": 4,
-                     "ffn_expansion": 2.6},
-            "smoke": {"dim": 4, "factors": [[2, 1], [2], [1], [1]], "heads": [1, 1, 1, 1], "window": 4,
-                      "ffn_expansion": 2.0},
-        },
-    ),
-    "mambairv2": (
-        MambaIRv2,
-        {
-            "paper": {"embed_dim": 174, "depths": [6] * 6, "d_state": 16, "num_tokens": 128, "inner_rank": 64,
-                      "expand": 2.0, "ffn_expansion": 2.0},
-            "demo": {"embed_dim": 12, "depths": [1, 1], "d_state": 4, "num_tokens": 16, "inner_rank": 8,
-                     "expand": 1.0, "ffn_expansion": 2.0},
-            "smoke": {"embed_dim": 6, "depths": [1], "d_state": 4, "num_tokens": 4, "inner_rank": 4,
-                      "expand": 1.0, "ffn_expansion": 2.0},
-        },
-    ),
+NETWORKS: dict[str, type[nn.Module]] = {
+    **dict.fromkeys(("gg", "lg", "dgno-face", "dgno-cell"), DGNO),
+    "nafnet": NAFNetRestorer,
+    "swinir": SwinIRRestorer,
+    "restormer": RestormerRestorer,
+    "gkmnet": GKMNet,
+    "mimo-unet": MIMOUNet,
+    "mpt": MPT,
+    "mambairv2": MambaIRv2,
+    **dict.fromkeys(LIFTING_MODELS, DGNO),
 }
-
-for _name, (_cls, _scales) in _SCALES.items():
-    register(_name, factory=_cls, scales=_scales)
-
-# Lifting ablation: DGNO-Cell at each scale, only the encoder block swapped.  At demo scale the
-# full-resolution level gets no lifting block: the transformer blocks at 64² cost up to ~0.5× a whole
-# DGNO demo step on CPU each, which pushed a 300-step demo run past a minute.
-_LIFTING_DEMO_BLOCKS = [0, 1, 1, 1]
-
-
-def _lifting_scales(block: str) -> dict[str, dict[str, Any]]:
-    """DGNO-Cell's scales with ``encoder_block`` = ``block`` (demo: see ``_LIFTING_DEMO_BLOCKS``)."""
-    scales = {s: {**model_spec("dgno-cell", s), "encoder_block": block} for s in ("paper", "demo", "smoke")}
-    scales["demo"]["encoder_blocks"] = list(_LIFTING_DEMO_BLOCKS)
-    return scales
-
-
-for _name, _block in LIFTING_MODELS.items():
-    register(_name, factory=DGNO, scales=_lifting_scales(_block))

@@ -1,8 +1,13 @@
 """Model registry: name + scale → constructor kwargs → ``nn.Module``.
 
 Configs, training and evaluation only ever say ``build_model("dgno-cell", scale="paper")``;
-the registry is the single place that maps such a name to a class and its sizes, so a
-checkpoint ``{"name", "scale", "hparams"}`` can always be rebuilt.
+the registry is the single place that maps such a name to its sizes, so a checkpoint
+``{"name", "scale", "overrides"}`` can always be rebuilt.
+
+Names and specs are plain data: this module imports no torch. Building the workflow's DAG reads
+them (config validation, and whether an ablation grid point builds a configured method's
+network), and that must not pay for torch or build a network. Only :func:`build_model` imports the
+networks (``dgno.models.baselines.NETWORKS``), when it is called.
 
 Scales: "paper" = the sizes and best settings of the paper; "demo" = a CPU-minutes
 network; "smoke" = the smallest network that still exercises every code path (tests).
@@ -11,111 +16,15 @@ network; "smoke" = the smallest network that still exercises every code path (te
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
-
-from torch import nn
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from dgno.choices import check_choice
-from dgno.models.dgno import DGNO
 
+if TYPE_CHECKING:
+    from torch import nn
 
-@dataclass(frozen=True)
-class _Entry:
-    factory: Callable[..., nn.Module]
-    scales: dict[str, dict[str, Any]]
-
-
-_MODELS: dict[str, _Entry] = {}
-
-
-def register(name: str, *, factory: Callable[..., nn.Module], scales: dict[str, dict[str, Any]]) -> None:
-    """Register ``factory(**scales[scale], in_channels=...)`` under ``name``.
-
-    The factory must accept ``in_channels`` and return a module with ``.hparams``
-    (the kwargs that rebuild it).
-    """
-    if name in _MODELS:
-        raise ValueError(f"model {name!r} is already registered")
-    if not scales:
-        raise ValueError(f"model {name!r} needs at least one scale")
-    _MODELS[name] = _Entry(factory=factory, scales=copy.deepcopy(scales))
-
-
-def list_models() -> list[str]:
-    """Registered model names, sorted."""
-    return sorted(_MODELS)
-
-
-def _entry(name: str) -> _Entry:
-    check_choice("model", name, list_models())
-    return _MODELS[name]
-
-
-def model_spec(name: str, scale: str = "demo") -> dict[str, Any]:
-    """The constructor kwargs of ``name`` at ``scale`` (a fresh copy, safe to edit)."""
-    entry = _entry(name)
-    check_choice(f"scale for model {name!r}", scale, sorted(entry.scales))
-    return copy.deepcopy(entry.scales[scale])
-
-
-def _apply_overrides(spec: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """Apply ``overrides`` to ``spec``; a key may also name an entry of a nested dict.
-
-    Dict-valued entries (``operator_kwargs``) are merged, not replaced, and their keys
-    can be given flat, e.g. ``flux="central"``, so ablation grids stay one-level.
-    """
-    nested = {k: top for top, v in spec.items() if isinstance(v, dict) for k in v}
-    for key, value in overrides.items():
-        if key in spec and isinstance(spec[key], dict) and isinstance(value, Mapping):
-            unknown = sorted(set(value) - set(spec[key]))
-            if unknown:
-                check_choice(f"key in {key}", unknown[0], sorted(spec[key]))
-            spec[key].update(value)
-        elif key in spec:
-            spec[key] = value
-        elif key in nested:
-            spec[nested[key]][key] = value
-        else:
-            check_choice("override", key, sorted(set(spec) | set(nested)))
-    return spec
-
-
-def resolved_spec(name: str, scale: str = "demo", **overrides: Any) -> dict[str, Any]:
-    """The constructor kwargs ``build_model(name, scale, **overrides)`` would use (without building).
-
-    Two (name, overrides) pairs with equal resolved specs build the same network: an ablation grid
-    point that repeats a configured method's settings can reuse its training.
-    """
-    return _apply_overrides(model_spec(name, scale), overrides)
-
-
-def build_model(name: str, scale: str = "demo", in_channels: int = 1, **overrides: Any) -> nn.Module:
-    """``factory(**model_spec(name, scale) | overrides, in_channels=in_channels)``.
-
-    Unknown names, scales and override keys raise ``ValueError`` listing the allowed ones.
-    """
-    spec = resolved_spec(name, scale, **overrides)
-    spec["in_channels"] = in_channels
-    return _entry(name).factory(**spec)
-
-
-def from_checkpoint(ckpt: Mapping[str, Any]) -> nn.Module:
-    """Rebuild a model from ``{"name", "scale", "hparams"}`` (+ optional ``"state_dict"``).
-
-    ``hparams`` is the model's own ``.hparams`` (complete constructor kwargs), so the
-    rebuild does not depend on the current scale defaults; ``scale`` is only recorded.
-    When the dict carries ``state_dict`` the weights are loaded too.
-    """
-    missing = [k for k in ("name", "scale", "hparams") if k not in ckpt]
-    if missing:
-        raise ValueError(f"checkpoint lacks {missing}; needs 'name', 'scale', 'hparams'")
-    model = _entry(ckpt["name"]).factory(**copy.deepcopy(dict(ckpt["hparams"])))
-    if "state_dict" in ckpt:
-        model.load_state_dict(ckpt["state_dict"])
-    return model
-
+SCALES = ("paper", "demo", "smoke")
 
 # --- DGNO family --------------------------------------------------------------------
 
@@ -177,14 +86,140 @@ _OPERATORS: dict[str, dict[str, Any]] = {
     },
 }
 
-for _name, _op in _OPERATORS.items():
-    register(
-        _name,
-        factory=DGNO,
-        scales={
-            scale: {**base, **copy.deepcopy(_op)}
-            for scale, base in (("paper", _PAPER), ("demo", _DEMO), ("smoke", _SMOKE))
-        },
-    )
+# --- baselines (dgno.models.baselines documents each network and its source) ------------------
+# paper: the published restoration configurations; demo: ≤ ~1 min for 300 steps of batch 4 at 64²
+# on one CPU core (benchmarks/bench_models.py measures it); smoke: tiny.
 
-import dgno.models.baselines  # noqa: E402,F401  registers the baselines
+# MPT's per-block pyramid factors of the published model (dgno.models.mpt.PAPER_FACTORS, its
+# constructor default; tests/test_baselines.py ties the two).
+MPT_PAPER_FACTORS = [[8, 8, 4, 4, 1, 1], [4, 4, 2, 2, 1, 1], [2, 2, 2, 2, 1, 1], [2, 2, 2, 2, 1, 1]]
+
+_BASELINES: dict[str, dict[str, dict[str, Any]]] = {
+    "nafnet": {
+        "paper": {"width": 32, "middle_blocks": 1, "encoder_blocks": [1, 1, 1, 28], "decoder_blocks": [1, 1, 1, 1]},
+        "demo": {"width": 16, "middle_blocks": 2, "encoder_blocks": [1, 1, 1, 2], "decoder_blocks": [1, 1, 1, 1]},
+        "smoke": {"width": 4, "middle_blocks": 1, "encoder_blocks": [1, 1], "decoder_blocks": [1, 1]},
+    },
+    "swinir": {
+        "paper": {"img_size": 128, "window_size": 8, "depths": [6] * 6, "num_heads": [6] * 6, "embed_dim": 180,
+                  "mlp_ratio": 2.0, "drop_path_rate": 0.1},
+        "demo": {"img_size": 64, "window_size": 8, "depths": [2], "num_heads": [2], "embed_dim": 24,
+                 "mlp_ratio": 2.0, "drop_path_rate": 0.0},
+        "smoke": {"img_size": 32, "window_size": 4, "depths": [1], "num_heads": [1], "embed_dim": 8,
+                  "mlp_ratio": 2.0, "drop_path_rate": 0.0},
+    },
+    "restormer": {
+        "paper": {"dim": 48, "num_blocks": [4, 6, 6, 8], "num_refinement_blocks": 4, "heads": [1, 2, 4, 8],
+                  "ffn_expansion": 2.66, "bias": False, "layer_norm": "WithBias"},
+        "demo": {"dim": 8, "num_blocks": [1, 1, 1, 1], "num_refinement_blocks": 0, "heads": [1, 1, 1, 1],
+                 "ffn_expansion": 2.66, "bias": False, "layer_norm": "WithBias"},
+        "smoke": {"dim": 4, "num_blocks": [1, 1, 1, 1], "num_refinement_blocks": 1, "heads": [1, 1, 1, 1],
+                  "ffn_expansion": 2.66, "bias": False, "layer_norm": "WithBias"},
+    },
+    "gkmnet": {
+        "paper": {"channels": [32, 64, 128], "num_kernels": 21, "sigma_step": 0.25, "kernel_size": 21, "lstm_kernel": 5},
+        "demo": {"channels": [8, 12, 16], "num_kernels": 9, "sigma_step": 0.5, "kernel_size": 21, "lstm_kernel": 3},
+        "smoke": {"channels": [4, 8, 8], "num_kernels": 3, "sigma_step": 0.5, "kernel_size": 5, "lstm_kernel": 3},
+    },
+    "mimo-unet": {
+        "paper": {"base_channels": 32, "num_res": 8},
+        "demo": {"base_channels": 12, "num_res": 2},
+        "smoke": {"base_channels": 8, "num_res": 1},
+    },
+    "mpt": {
+        "paper": {"dim": 40, "factors": MPT_PAPER_FACTORS, "heads": [1, 2, 4, 8], "window": 8, "ffn_expansion": 2.6},
+        "demo": {"dim": 8, "factors": [[4], [2], [2], [2]], "heads": [1, 1, 2, 2], "window": 4, "ffn_expansion": 2.6},
+        "smoke": {"dim": 4, "factors": [[2, 1], [2], [1], [1]], "heads": [1, 1, 1, 1], "window": 4, "ffn_expansion": 2.0},
+    },
+    "mambairv2": {
+        "paper": {"embed_dim": 174, "depths": [6] * 6, "d_state": 16, "num_tokens": 128, "inner_rank": 64,
+                  "expand": 2.0, "ffn_expansion": 2.0},
+        "demo": {"embed_dim": 12, "depths": [1, 1], "d_state": 4, "num_tokens": 16, "inner_rank": 8,
+                 "expand": 1.0, "ffn_expansion": 2.0},
+        "smoke": {"embed_dim": 6, "depths": [1], "d_state": 4, "num_tokens": 4, "inner_rank": 4,
+                  "expand": 1.0, "ffn_expansion": 2.0},
+    },
+}
+
+# --- lifting ablation: DGNO-Cell at each scale, only the encoder block swapped ------------------
+# registry name → encoder block (dgno.models.lifting registers the blocks; its LIFTING_MODELS is the
+# same table, tied by tests/test_baselines.py). At demo scale the full-resolution level gets no
+# lifting block: the transformer blocks at 64² cost up to ~0.5× a whole DGNO demo step on CPU each,
+# which pushed a 300-step demo run past a minute.
+LIFTING_BLOCKS = {"nafnet-dgno": "nafblock", "restormer-dgno": "restormer_block", "mpt-dgno": "mpt_block"}
+_LIFTING_DEMO_BLOCKS = [0, 1, 1, 1]
+
+
+def _dgno_scales(operator: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    return {scale: {**base, **copy.deepcopy(dict(operator))} for scale, base in zip(SCALES, (_PAPER, _DEMO, _SMOKE))}
+
+
+def _lifting_scales(block: str) -> dict[str, dict[str, Any]]:
+    """DGNO-Cell's scales with ``encoder_block`` = ``block`` (demo: see ``_LIFTING_DEMO_BLOCKS``)."""
+    scales = {s: {**spec, "encoder_block": block} for s, spec in _dgno_scales(_OPERATORS["dgno-cell"]).items()}
+    scales["demo"]["encoder_blocks"] = list(_LIFTING_DEMO_BLOCKS)
+    return scales
+
+
+_SPECS: dict[str, dict[str, dict[str, Any]]] = {
+    **{name: _dgno_scales(op) for name, op in _OPERATORS.items()},
+    **_BASELINES,
+    **{name: _lifting_scales(block) for name, block in LIFTING_BLOCKS.items()},
+}
+
+
+def list_models() -> list[str]:
+    """Registered model names, sorted."""
+    return sorted(_SPECS)
+
+
+def model_spec(name: str, scale: str = "demo") -> dict[str, Any]:
+    """The constructor kwargs of ``name`` at ``scale`` (a fresh copy, safe to edit)."""
+    check_choice("model", name, list_models())
+    check_choice(f"scale for model {name!r}", scale, sorted(_SPECS[name]))
+    return copy.deepcopy(_SPECS[name][scale])
+
+
+def _apply_overrides(spec: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Apply ``overrides`` to ``spec``; a key may also name an entry of a nested dict.
+
+    Dict-valued entries (``operator_kwargs``) are merged, not replaced, and their keys
+    can be given flat, e.g. ``flux="central"``, so ablation grids stay one-level.
+    """
+    nested = {k: top for top, v in spec.items() if isinstance(v, dict) for k in v}
+    for key, value in overrides.items():
+        if key in spec and isinstance(spec[key], dict) and isinstance(value, Mapping):
+            unknown = sorted(set(value) - set(spec[key]))
+            if unknown:
+                check_choice(f"key in {key}", unknown[0], sorted(spec[key]))
+            spec[key].update(value)
+        elif key in spec:
+            spec[key] = value
+        elif key in nested:
+            spec[nested[key]][key] = value
+        else:
+            check_choice("override", key, sorted(set(spec) | set(nested)))
+    return spec
+
+
+def resolved_spec(name: str, scale: str = "demo", **overrides: Any) -> dict[str, Any]:
+    """The constructor kwargs ``build_model(name, scale, **overrides)`` would use (without building).
+
+    Two (name, overrides) pairs with equal resolved specs build the same network: an ablation grid
+    point that repeats a configured method's settings can reuse its training.
+    """
+    return _apply_overrides(model_spec(name, scale), overrides)
+
+
+def build_model(name: str, scale: str = "demo", in_channels: int = 1, **overrides: Any) -> nn.Module:
+    """``NETWORKS[name](**model_spec(name, scale) | overrides, in_channels=in_channels)``.
+
+    The network's constructor records these kwargs in ``.hparams``. Unknown names, scales and
+    override keys raise ``ValueError`` listing the allowed ones.
+    """
+    spec = resolved_spec(name, scale, **overrides)
+    spec["in_channels"] = in_channels
+    # Imported here, not at the top: the networks import torch, the names and specs above must not.
+    from dgno.models.baselines import NETWORKS
+
+    return NETWORKS[name](**spec)

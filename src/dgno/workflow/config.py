@@ -14,6 +14,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from dgno.models.registry import list_models
+
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 
 
@@ -146,8 +148,6 @@ def config_value(cfg: dict, path: str) -> Any:
 def _check_references(cfg: dict) -> None:
     """Names used by experiments must exist; levels used for training/testing must be defined."""
     datasets, methods = cfg["datasets"], cfg["methods"]
-    from dgno.models.registry import list_models
-
     for name, spec in methods.items():
         if spec["model"] not in list_models():
             raise ConfigError(f"config key methods.{name}.model: {spec['model']!r} is not a registered model; allowed values: {', '.join(list_models())}")
