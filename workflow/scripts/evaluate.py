@@ -14,7 +14,7 @@ sm = snakemake  # noqa: F821
 ev = sm.params.evaluate
 data_dir = Path(sm.input.split).parent
 out_dir = Path(sm.output.summary).parent
-# Restored images only where a later rule reads them (common.smk: restored_readers); the folder
+# Restored images only where a later rule reads them (dgno.workflow.plan.restored_readers); the folder
 # exists either way, as the rule's output.
 common = dict(method=sm.wildcards.get("method", "input"), with_lpips=ev["lpips"], save_restored=sm.params.keep_restored)
 if "model" in sm.input.keys():

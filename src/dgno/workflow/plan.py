@@ -1,0 +1,423 @@
+"""What the workflow runs for one configuration: which trainings, which files each job reads, and
+the tables, figures and analyses the report needs.
+
+Every function takes the validated config (``dgno.workflow.config.validate_config``) explicitly and
+returns names and paths only, so the DAG's logic is tested here without Snakemake
+(``tests/test_workflow_plan.py``); ``workflow/rules/common.smk`` binds it to the run's config and
+wildcards. Nothing here imports torch or builds a network: whether two methods build the same
+network is decided on the registry's specs.
+
+Paths follow docs/CONVENTIONS.md: ``results/data/<dataset>/``, ``results/train/<dataset>/<method>/``,
+``results/eval/<dataset>/<method>/<level>/``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from dgno.models.overrides import registry_overrides
+from dgno.models.registry import resolved_spec
+from dgno.workflow.config import PAIRED_SOURCES
+from dgno.workflow.settings import DECONV_LABELS, canonical, method_labels, method_settings
+
+Config = Mapping[str, Any]
+
+# Models whose decoder has per-scale operator stacks (the rank figure compares GG/LG with DG).
+RANK_MODELS = ("gg", "lg", "dgno-face", "dgno-cell")
+
+
+# --- names -------------------------------------------------------------------------------------
+
+
+def one_of(names: Iterable[str]) -> str:
+    """Wildcard regex matching exactly these names (and nothing at all when there are none)."""
+    names = list(names)
+    return "|".join(re.escape(n) for n in names) if names else "(?!)"
+
+
+def method_regex(methods: Iterable[str]) -> str:
+    """Wildcard regex of the method names, longest first: ablation grid points are paths
+    ('dgno-cell/flux=jump') that begin with another method's name."""
+    return "|".join(re.escape(m) for m in sorted(methods, key=len, reverse=True))
+
+
+def datasets_with_source(config: Config, *sources: str) -> list[str]:
+    """Datasets whose images come from one of ``sources`` (config order)."""
+    return [d for d, spec in config["datasets"].items() if spec["source"] in sources]
+
+
+def generated_datasets(config: Config) -> list[str]:
+    """Datasets whose sharp images the workflow generates (sources demo_*)."""
+    return [d for d, spec in config["datasets"].items() if spec["source"].startswith("demo_")]
+
+
+def paired_datasets(config: Config) -> list[str]:
+    """Real (blurred, sharp) pairs with the authors' split: 3DHistech, DPDD, RealDOF."""
+    return datasets_with_source(config, *PAIRED_SOURCES)
+
+
+def ablation_methods(config: Config) -> set[str]:
+    """Methods that are ablation grid points (added to ``methods`` by the config's validation)."""
+    return {r["method"] for rows in config["ablation_runs"].values() for r in rows}
+
+
+def experiment_datasets(config: Config, name: str) -> list[str]:
+    """The dataset(s) of one experiment (``datasets`` or a single ``dataset``)."""
+    spec = config["experiments"][name]
+    return spec.get("datasets", [spec.get("dataset")])
+
+
+def experiment_methods(config: Config, dataset: str) -> list[str]:
+    """Methods trained on `dataset` by any experiment (ordered as in the config)."""
+    used = set()
+    for spec in config["experiments"].values():
+        if dataset in spec.get("datasets", [spec.get("dataset")]):
+            used.update(spec["methods"])
+    return [m for m in config["methods"] if m in used]
+
+
+def table_levels(config: Config, dataset: str) -> list[str]:
+    """Levels the main tables average over: test levels the models were trained on (else all)."""
+    ds = config["datasets"][dataset]
+    seen = [lvl for lvl in ds["test_levels"] if lvl in ds["train_levels"]]
+    return seen or ds["test_levels"]
+
+
+def experiment_dataset_set(config: Config) -> list[str]:
+    """Datasets with trained methods, except the non-blind one (its figures come from its own rules) and
+    the robustness set (only its table: the demo stays cheap)."""
+    skip = {config["experiments"].get(n, {}).get("dataset") for n in ("nonblind", "robustness")}
+    return [ds for ds in config["datasets"] if experiment_methods(config, ds) and ds not in skip]
+
+
+def figure_rows(config: Config, dataset: str) -> dict[str, str]:
+    """{results folder: label} of every restoration shown for `dataset` (methods, then deconvolution)."""
+    rows = method_labels(config, experiment_methods(config, dataset))
+    nonblind = config["experiments"].get("nonblind", {})
+    if nonblind.get("dataset") == dataset:
+        rows.update({d: DECONV_LABELS[d] for d in nonblind.get("deconvolution", [])})
+    return rows
+
+
+def gg_dg_pair(config: Config, methods: Iterable[str]) -> list[str]:
+    """[GG method, DG method] of the residual figure: the first gg and the last dgno-* ([] without both)."""
+    gg = [m for m in methods if config["methods"][m]["model"] == "gg"]
+    dg = [m for m in methods if config["methods"][m]["model"].startswith("dgno")]
+    return [gg[0], dg[-1]] if gg and dg else []
+
+
+def paper_cost_methods(config: Config) -> list[str]:
+    """Methods whose parameters/FLOPs are also counted at paper scale (`evaluate.paper_scale_cost`)."""
+    choice = config["evaluate"]["paper_scale_cost"]
+    if isinstance(choice, bool):
+        return list(config["methods"]) if choice else []
+    return [m for m in config["methods"] if m in choice]
+
+
+def cost_methods(config: Config) -> list[str]:
+    """Methods of the cost analysis: the configured ones (an ablation grid point costs what its variant does)."""
+    grid = ablation_methods(config)
+    return [m for m in config["methods"] if m not in grid]
+
+
+# --- trainings ---------------------------------------------------------------------------------
+
+
+def _network(config: Config, dataset: str, method: str) -> tuple[str, dict[str, Any]]:
+    """(registry model, resolved constructor spec) of a method on a dataset: what its training builds."""
+    spec = method_settings(config, dataset, method)
+    overrides = registry_overrides(spec.get("overrides", {}))
+    return spec["model"], canonical(resolved_spec(spec["model"], config["scale"], **overrides))
+
+
+def training_of(config: Config, dataset: str, method: str) -> str:
+    """The method whose training `method` uses on `dataset`: itself, or for an ablation grid point that
+    builds exactly a configured method's network (e.g. Face avg_jump + dirichlet = DGNO-Face), that
+    method, so the paper's default settings are trained once and reused, as in the paper's tables.
+    """
+    grid = ablation_methods(config)
+    if method not in grid:
+        return method
+    mine = _network(config, dataset, method)
+    for other, spec in config["methods"].items():
+        if other in grid or "official" in spec:
+            continue
+        if spec["model"] == mine[0] and _network(config, dataset, other) == mine:
+            return other
+    return method
+
+
+def trained_model(config: Config, dataset: str, method: str, trainings: Callable[[str, str], str] | None = None) -> str:
+    """Checkpoint that evaluates `dataset`: its own, or that of its `trained_on` dataset (RealDOF ← DPDD);
+    for a method with `official` weights, the authors' checkpoint imported for that dataset; for an
+    ablation grid point equal to a configured method, that method's training (:func:`training_of`,
+    or ``trainings(dataset, method)``: the same function of this config, e.g. cached).
+    """
+    source = config["datasets"][dataset].get("trained_on", dataset)
+    if "official" in config["methods"][method]:
+        return f"results/official/{source}/{method}/model.pt"
+    trained = trainings(source, method) if trainings else training_of(config, source, method)
+    return f"results/train/{source}/{trained}/model.pt"
+
+
+def official_checkpoint(config: Config, dataset: str, method: str) -> str:
+    """The authors' checkpoint file that an `official` method uses on a dataset (named as released)."""
+    released = config["methods"][method]["official"]
+    name = released.get(dataset)
+    if name is None:
+        raise ValueError(
+            f"method {method} has no authors' checkpoint for dataset {dataset}; it has: {', '.join(released)}. "
+            f"Fix: add it under methods.{method}.official"
+        )
+    return f"{config['downloads']['raw_dir']}/official/{name}.pth"
+
+
+def official_options(config: Config, dataset: str, method: str) -> str:
+    """Option file (or packaged network name) of the checkpoint that :func:`official_checkpoint` names."""
+    name = Path(official_checkpoint(config, dataset, method)).stem
+    folder = config["downloads"]["official_options"]
+    return str(Path(folder) / f"{name}.yml") if folder else name
+
+
+# --- what jobs read ----------------------------------------------------------------------------
+
+
+def blur_dirs(config: Config, dataset: str, levels: Iterable[str]) -> list[str]:
+    """Folders of blurred images; a downloaded dataset's levels all come from its prepare job."""
+    if config["datasets"][dataset]["source"] in ("bbbc006", *PAIRED_SOURCES):
+        return [f"results/data/{dataset}/manifest.json"]
+    return [f"results/data/{dataset}/blur/{lvl}" for lvl in levels]
+
+
+def data_inputs(config: Config, dataset: str, levels: Iterable[str]) -> dict[str, Any]:
+    """Split, sharp images and the blurred images of ``levels`` of one dataset."""
+    return {
+        "split": f"results/data/{dataset}/split.csv",
+        "gt": f"results/data/{dataset}/gt",
+        "blur": blur_dirs(config, dataset, levels),
+    }
+
+
+def bbbc006_planes(config: Config, dataset: str) -> dict[str, Any]:
+    """Raw plane folders (in focus + every configured level) and the label masks of one channel dataset."""
+    raw = config["downloads"]["raw_dir"]
+    planes = ["z16", *config["datasets"][dataset]["levels"]]
+    return {"planes": [f"{raw}/bbbc006/{p}" for p in planes], "labels": f"{raw}/bbbc006/labels"}
+
+
+def seidel_base_inputs(config: Config, dataset: str) -> dict[str, str]:
+    """The sharp images to blur; no calibration: the data are made with the true coefficients."""
+    base = config["datasets"][dataset]["base"]
+    return {"split": f"results/data/{base}/split.csv", "gt": f"results/data/{base}/gt"}
+
+
+def sensitivity_inputs(config: Config, dataset: str) -> dict[str, Any]:
+    """Noise-free blurred test images, the calibration and the blind networks of experiments.nonblind."""
+    methods = config["experiments"].get("nonblind", {}).get("methods", [])
+    return {
+        "split": f"results/data/{dataset}/split.csv",
+        "gt": f"results/data/{dataset}/gt",
+        "clean": f"results/nonblind/{dataset}/clean",
+        "calibration": f"results/nonblind/{dataset}/calibration.json",
+        "models": [trained_model(config, dataset, m) for m in methods],
+    }
+
+
+def stardist_inputs(config: Config) -> dict[str, Any]:
+    """The segmentation model, the restorations it segments and the blurred input of its level."""
+    spec = config["experiments"]["stardist"]
+    ds, lvl = spec["dataset"], spec["level"]
+    return {
+        "model": f"results/stardist/{ds}/model.json",
+        "restored": [f"results/eval/{ds}/{m}/{lvl}/restored" for m in spec["methods"]],
+        "blur": blur_dirs(config, ds, [lvl]),
+    }
+
+
+def restored_readers(config: Config) -> frozenset[tuple[str, str, str]]:
+    """(dataset, method, level) of the evaluations whose restored images are read later by the
+    edge-band table and error-difference figure (experiment methods at the table levels), the
+    visual comparison (its rows at the first table level) and StarDist (its methods at its level).
+    Every other evaluation (ablation grid points, other levels) writes scores only."""
+    nb = config["experiments"].get("nonblind", {}).get("dataset")
+    need = set()
+    for ds in experiment_dataset_set(config) + ([nb] if nb else []):
+        levels = table_levels(config, ds)
+        need |= {(ds, m, lvl) for m in experiment_methods(config, ds) for lvl in levels}
+        need |= {(ds, m, levels[0]) for m in figure_rows(config, ds)}
+    if "stardist" in config["experiments"]:
+        spec = config["experiments"]["stardist"]
+        need |= {(spec["dataset"], m, spec["level"]) for m in spec["methods"]}
+    return frozenset(need)
+
+
+# --- evaluation summaries behind each table ----------------------------------------------------
+
+
+def summaries(dataset: str, methods: Iterable[str], levels: Iterable[str], with_input: bool = True) -> list[str]:
+    """Evaluation summaries for every (method, level) of a dataset, plus the blurred input's."""
+    rows = list(methods) + (["input"] if with_input else [])
+    levels = list(levels)
+    return [f"results/eval/{dataset}/{m}/{lvl}/summary.json" for m in rows for lvl in levels]
+
+
+def experiment_summaries(config: Config, name: str) -> list[str]:
+    """Summaries an experiment's table needs: every (method, level) of its dataset(s) + the input row."""
+    spec = config["experiments"][name]
+    rows = list(spec["methods"]) + list(spec.get("deconvolution", []))
+    return [
+        s
+        for ds in experiment_datasets(config, name)
+        for s in summaries(ds, rows, spec.get("levels", table_levels(config, ds)))
+    ]
+
+
+def robustness_summaries(config: Config) -> list[str]:
+    """Summaries of the robustness table: each method and the blurred input on the out-of-range set and,
+    for comparison, on the same levels of the dataset the models were trained on."""
+    if "robustness" not in config["experiments"]:
+        return []
+    spec = config["experiments"]["robustness"]
+    ds = spec["dataset"]
+    levels = config["datasets"][ds]["test_levels"]
+    trained = config["datasets"][ds]["trained_on"]
+    return summaries(ds, spec["methods"], levels) + summaries(trained, spec["methods"], levels)
+
+
+def ablation_summaries(config: Config, ablation: str) -> list[str]:
+    """Summaries of one ablation table: every grid point at its dataset's table levels."""
+    return [
+        f"results/eval/{r['dataset']}/{r['method']}/{lvl}/summary.json"
+        for r in config["ablation_runs"][ablation]
+        for lvl in table_levels(config, r["dataset"])
+    ]
+
+
+# --- analyses behind the paper's figures (rules in analysis.smk) -------------------------------
+
+
+def rank_datasets(config: Config) -> list[str]:
+    """The dataset of the operators experiment, where the rank and operator-map analyses run."""
+    operators = config["experiments"].get("operators")
+    return [operators["dataset"]] if operators else []
+
+
+def rank_methods(config: Config, dataset: str) -> list[str]:
+    """Trained methods of the operators experiment with per-scale operator stacks (GG, LG, DGNO)."""
+    return [
+        m
+        for m in config["experiments"]["operators"]["methods"]
+        if config["methods"][m]["model"] in RANK_MODELS and "official" not in config["methods"][m]
+    ]
+
+
+def rank_level(config: Config, dataset: str) -> str:
+    """Blur level of the rank analysis: ``analysis.rank_level``, else the first table level."""
+    return config["analysis"]["rank_level"] or table_levels(config, dataset)[0]
+
+
+def rank_inputs(config: Config, dataset: str) -> dict[str, Any]:
+    """Test split and blurred images of the analysed level, and one checkpoint per method (in order).
+    The operator-map figure reads the same."""
+    return {
+        **data_inputs(config, dataset, [rank_level(config, dataset)]),
+        "models": [f"results/train/{dataset}/{m}/model.pt" for m in rank_methods(config, dataset)],
+    }
+
+
+def lam_datasets(config: Config) -> list[str]:
+    """The dataset of the local attribution maps (paper fig. "LAM-based interpretability"), if configured."""
+    lam = config["experiments"].get("lam")
+    return [lam["dataset"]] if lam else []
+
+
+def lam_level(config: Config, dataset: str) -> str:
+    """Blur level of the LAM figure: ``experiments.lam.level``, else the first table level."""
+    return config["experiments"].get("lam", {}).get("level") or table_levels(config, dataset)[0]
+
+
+def lam_inputs(config: Config, dataset: str) -> dict[str, Any]:
+    """Test split and blurred images of the analysed level, and one checkpoint per LAM method (in order)."""
+    return {
+        **data_inputs(config, dataset, [lam_level(config, dataset)]),
+        "models": [f"results/train/{dataset}/{m}/model.pt" for m in config["experiments"]["lam"]["methods"]],
+    }
+
+
+def main_dataset(config: Config) -> str | None:
+    """The first dataset of the main experiment (PSNR-vs-parameters figure), if configured."""
+    main = config["experiments"].get("main")
+    return main["datasets"][0] if main else None
+
+
+# --- what the report needs ---------------------------------------------------------------------
+
+
+def _nonblind_targets(config: Config) -> list[str]:
+    ds = config["experiments"]["nonblind"]["dataset"]
+    return [
+        "results/tables/nonblind.csv",
+        f"results/nonblind/{ds}/calibration.json",
+        f"results/data/{ds}/manifest.json",
+        f"results/figures/nonblind_sensitivity_{ds}.png",
+        f"results/figures/visual_{ds}.png",
+        f"results/figures/training_curves_{ds}.png",
+    ]
+
+
+def _dataset_targets(config: Config, ds: str) -> list[str]:
+    """Edge-band table, visual comparison, training curves (when it trains) and residual figure of one dataset."""
+    files = [f"results/tables/edge_band_{ds}.csv", f"results/figures/visual_{ds}.png"]
+    if "trained_on" not in config["datasets"][ds]:  # no training of its own to plot
+        files.append(f"results/figures/training_curves_{ds}.png")
+    if gg_dg_pair(config, experiment_methods(config, ds)):
+        files.append(f"results/figures/error_difference_{ds}.png")
+    return files
+
+
+def report_inputs(config: Config) -> list[str]:
+    """Tables, figures and summaries the report's result sections read in this configuration."""
+    experiments = config["experiments"]
+    files = ["results/tables/model_summary.csv", "results/tables/edge_band_definition.txt"]
+    if "nonblind" in experiments:
+        files += _nonblind_targets(config)
+    files += [f"results/tables/ablation_{name}.csv" for name in config["ablation_runs"]]
+    if "stardist" in experiments:
+        files.append(f"results/tables/stardist_{experiments['stardist']['dataset']}.csv")
+    files += [f"results/tables/{name}.csv" for name in ("main", "lifting", "defocus") if name in experiments]
+    for name in ("dpdd", "realdof"):
+        if name in experiments:
+            files += experiment_summaries(config, name)
+    if "operators" in experiments:
+        files.append("results/tables/operators.csv")
+    if "robustness" in experiments:
+        files.append("results/tables/robustness.csv")
+    if "synthetic" in experiments:
+        files += ["results/tables/synthetic.csv", "results/figures/synthetic_psnr.png"]
+    for ds in experiment_dataset_set(config):
+        files += _dataset_targets(config, ds)
+    return files
+
+
+def analysis_report_inputs(config: Config, bench_files: Iterable[str] = ()) -> list[str]:
+    """Files the report's analysis figures need in this configuration; ``bench_files`` are the
+    benchmark results found in the repository (the runtime/memory figure needs at least one)."""
+    files = ["results/tables/cost_vs_resolution.csv", "results/figures/cost_vs_resolution.png"]
+    for ds in rank_datasets(config):
+        if rank_methods(config, ds):
+            files += [
+                f"results/tables/effective_rank_{ds}.csv",
+                f"results/figures/effective_rank_{ds}.png",
+                f"results/tables/operator_maps_{ds}.csv",
+                f"results/figures/operators_{ds}.png",
+            ]
+    for ds in lam_datasets(config):
+        files += [f"results/tables/lam_{ds}.csv", f"results/figures/lam_{ds}.png"]
+    if main_dataset(config):
+        files.append("results/figures/psnr_vs_params.png")
+    if list(bench_files):
+        files.append("results/figures/runtime_memory.png")
+    return files
