@@ -34,8 +34,8 @@ def _key(path) -> str:
 def _resolve(schema: dict, sub: dict) -> dict:
     """A property with its $ref definition filled in; keys beside the $ref (default, description) win."""
     ref = sub.get("$ref")
-    if ref and ref.startswith("#/definitions/"):
-        return {**schema["definitions"][ref.split("/")[-1]], **{k: v for k, v in sub.items() if k != "$ref"}}
+    if ref and ref.startswith("#/$defs/"):
+        return {**schema["$defs"][ref.split("/")[-1]], **{k: v for k, v in sub.items() if k != "$ref"}}
     return sub
 
 
@@ -53,7 +53,10 @@ def _message(err: jsonschema.ValidationError, schema: dict) -> str:
         options = []
         for s in err.validator_value:
             s = _resolve(schema, s)
-            options.append(repr(s["const"]) if "const" in s else s.get("type", "?"))
+            if "enum" in s:
+                options += map(repr, s["enum"])
+            else:
+                options.append(repr(s["const"]) if "const" in s else s.get("type", "?"))
         return f"config key {key}: {err.instance!r} is not allowed; expected one of: {', '.join(map(str, options))}"
     if err.validator == "pattern":
         return f"config key {key}: {err.instance!r} must match {err.validator_value} (lower-case letters, digits, _ . -)"

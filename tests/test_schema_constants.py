@@ -1,0 +1,166 @@
+"""Every enum of the config schema that mirrors a choice of the code equals it.
+
+The schema (workflow/schemas/config.schema.yaml) rejects a typo before any job runs; the code checks
+the same option again when it builds a layer or reads a file. When one list gains a value the other
+lacks, a config either fails at validation for an option the code has, or passes validation and
+fails hours later in a job. Each tie below names the schema location and the code it mirrors, and
+every enum of the schema must have a tie or a stated reason why there is no code constant.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dgno.data import bbbc006, demo, paired_sets
+from dgno.layers import blocks, flux
+from dgno.models.overrides import registry_overrides
+from dgno.models.registry import LIFTING_BLOCKS, SCALES, list_models, model_spec
+from dgno.optics import nonblind, seidel
+from dgno.report.downstream import DECONV_ROWS
+from dgno.tiling import BLENDS
+from dgno.train import TrainConfig, pick_device
+from dgno.workflow import config as workflow_config
+from dgno.workflow.settings import DECONV_LABELS
+
+SCHEMA = workflow_config.load_schema()
+DATASET = ("properties", "datasets", "additionalProperties", "properties")
+DG_FAMILY = ("gg", "lg", "dgno-face", "dgno-cell")
+
+
+def _node(*path: str) -> dict:
+    """The schema node at ``path`` (keys of the YAML), its $ref resolved."""
+    node = SCHEMA
+    for key in path:
+        node = workflow_config._resolve(SCHEMA, node[key])
+    return node
+
+
+def _enum(*path: str) -> list:
+    """The allowed values at ``path``: an enum, or the enums, consts and nulls of its anyOf/oneOf options."""
+    node = _node(*path)
+    if "enum" in node:
+        return list(node["enum"])
+    values = []
+    for option in node.get("anyOf", node.get("oneOf", [])):
+        option = workflow_config._resolve(SCHEMA, option)
+        if option.get("type") == "null":
+            values.append(None)
+        values += option.get("enum", [option["const"]] if "const" in option else [])
+    return values
+
+
+def _enum_paths(node, path=()) -> set[tuple[str, ...]]:
+    """Every path of the schema that holds an enum (its $defs once, not where they are referenced)."""
+    found = {path} if isinstance(node, dict) and "enum" in node else set()
+    children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else []
+    for key, child in children:
+        found |= _enum_paths(child, (*path, str(key)))
+    return found
+
+
+# --- the ties ----------------------------------------------------------------------------------
+
+
+def test_fluxes_and_boundaries_are_the_dg_layers():
+    assert _enum("$defs", "flux") == list(flux.FLUXES)
+    assert _enum("$defs", "boundary") == list(flux.BOUNDARIES)
+    # used twice (a method's overrides, the flux/boundary grid), written once: $refs to the above
+    for key, code in (("flux", flux.FLUXES), ("boundary", flux.BOUNDARIES)):
+        assert _enum("$defs", "overrides", "properties", key) == list(code)
+        assert _enum("properties", "ablations", "properties", "flux_boundary", "properties", key, "items") == list(code)
+
+
+def test_learnable_tau_is_what_the_overrides_translate():
+    assert _enum("$defs", "tau") == ["learnable"]
+    assert registry_overrides({"tau": "learnable"}) == {"learn_tau": True}
+    assert registry_overrides({"tau": 0.5}) == {"tau": 0.5, "learn_tau": False}
+
+
+def test_model_scales_and_dg_variants_are_the_registrys():
+    assert sorted(_enum("$defs", "scale")) == sorted(SCALES)
+    assert sorted(_enum("properties", "scale")) == sorted(SCALES)
+    assert _enum("properties", "analysis", "properties", "cost_scale") == [*_enum("$defs", "scale"), None]
+    for name in list_models():
+        for scale in SCALES:
+            model_spec(name, scale)  # every model has every scale the schema allows
+    dg = [n for n in list_models() if model_spec(n).get("operator") == "dg" and n not in LIFTING_BLOCKS]
+    assert sorted(_enum("$defs", "dg_variant")) == sorted(dg)
+
+
+def test_encoder_blocks_are_those_of_the_dg_family():
+    allowed = _enum("$defs", "overrides", "properties", "encoder_block")
+    used = {model_spec(m, s)["encoder_block"] for m in DG_FAMILY for s in SCALES}
+    assert set(allowed) == used
+    assert set(allowed) <= set(blocks.ENCODER_BLOCKS) | set(blocks._LAZY_ENCODER_MODULES)
+
+
+def test_dataset_sources_and_channels_are_the_readers():
+    sources = _enum(*DATASET, "source")
+    expected = {f"demo_{k}" for k in demo.KINDS} | {"seidel", "sigma_map", "bbbc006"} | set(paired_sets.SOURCES)
+    assert set(sources) == expected and len(sources) == len(expected)
+    assert workflow_config.PAIRED_SOURCES == paired_sets.SOURCES
+    assert _enum(*DATASET, "channel") == list(bbbc006.CHANNELS)
+
+
+def test_seidel_coefficients_and_conventions_are_the_optics():
+    coeffs = _node(*DATASET, "seidel", "properties", "coeffs")["oneOf"]
+    assert list(coeffs[0]["properties"]) == list(seidel.SEIDEL_NAMES)
+    assert coeffs[1]["minItems"] == coeffs[1]["maxItems"] == len(seidel.SEIDEL_NAMES)
+    conventions = _enum(*DATASET, "seidel", "properties", "convention")
+    for convention in conventions:
+        nonblind.true_coefficients({"convention": convention})
+    with pytest.raises(ValueError, match="Seidel convention"):
+        nonblind.true_coefficients({"convention": "zemax"})
+
+
+def test_deconvolution_methods_are_the_nonblind_ones_with_labels():
+    allowed = _enum("properties", "experiments", "properties", "nonblind", "properties", "deconvolution", "items")
+    assert allowed == list(nonblind.METHODS)
+    assert set(DECONV_LABELS) == set(DECONV_ROWS) == set(allowed)
+
+
+def test_tile_blends_are_the_tilings():
+    assert _enum("properties", "evaluate", "properties", "blend") == list(BLENDS)
+
+
+def test_training_choices_are_accepted_by_the_trainer_and_nothing_else():
+    for weights in _enum("properties", "train", "properties", "eval_weights"):
+        TrainConfig(eval_weights=weights)
+    with pytest.raises(ValueError, match="eval_weights"):
+        TrainConfig(eval_weights="swa")
+    devices = _enum("properties", "device")
+    assert "auto" in devices and "cpu" in devices
+    for device in devices:
+        if device != "cuda":  # cuda needs a GPU here; that it is a known name is checked below
+            pick_device(device)
+    with pytest.raises(ValueError, match="'auto', 'cpu', 'cuda'"):
+        pick_device("tpu")
+
+
+# Enums that mirror no constant of the package: choices only the workflow itself acts on.
+WORKFLOW_ONLY = {
+    # which rule makes the StarDist model (workflow/rules/downstream.smk), not an option of dgno.downstream
+    ("properties", "experiments", "properties", "stardist", "properties", "model"),
+    # provenance labels the report prints as given
+    ("properties", "protocol", "additionalProperties", "properties", "source"),
+}
+
+TIED = {
+    ("$defs", "flux"),
+    ("$defs", "boundary"),
+    ("$defs", "dg_variant"),
+    ("$defs", "scale"),
+    ("$defs", "overrides", "properties", "encoder_block"),
+    ("properties", "device"),
+    (*DATASET, "source"),
+    (*DATASET, "channel"),
+    (*DATASET, "seidel", "properties", "convention"),
+    ("properties", "train", "properties", "eval_weights"),
+    ("properties", "evaluate", "properties", "blend"),
+    ("properties", "experiments", "properties", "nonblind", "properties", "deconvolution", "items"),
+}
+
+
+def test_every_schema_enum_is_tied_to_the_code_or_said_to_be_workflow_only():
+    found, known = _enum_paths(SCHEMA), TIED | WORKFLOW_ONLY
+    assert found == known, f"untied enums: {sorted(found - known)}; stale entries: {sorted(known - found)}"
