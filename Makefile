@@ -19,10 +19,14 @@ $(STAMP): pyproject.toml requirements-stardist.txt
 	$(BIN)/python -m pip install --quiet -r requirements-stardist.txt
 	touch $(STAMP)
 
+# After a crash: the lock a killed run left is removed when no Snakemake of this checkout runs
+# (dgno.workflow.recovery), and half-written outputs are redone (profiles/default: rerun-incomplete).
 demo: install
+	$(BIN)/python -m dgno.workflow.recovery
 	$(BIN)/snakemake --cores all
 
 report: install
+	$(BIN)/python -m dgno.workflow.recovery
 	$(BIN)/snakemake --cores all report
 
 test: install
