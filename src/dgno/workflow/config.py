@@ -150,6 +150,29 @@ def config_value(cfg: dict, path: str) -> Any:
 
 def _check_references(cfg: dict) -> None:
     """Names used by experiments must exist; levels used for training/testing must be defined."""
+    _check_methods(cfg)
+    for name, ds in cfg["datasets"].items():
+        _check_dataset(cfg, name, ds)
+    _check_trained_on(cfg["datasets"])
+    for path in cfg.get("protocol", {}):
+        if config_value(cfg, path) is _MISSING:
+            raise ConfigError(f"config key protocol.{path}: names no setting of this config. Fix: use the dotted path of a key, e.g. train.grad_clip")
+    _check_experiment_settings(cfg)
+    for exp, spec in cfg["experiments"].items():
+        _check_experiment_names(cfg, exp, spec)
+    if "robustness" in cfg["experiments"]:
+        _check_robustness(cfg["datasets"], cfg["experiments"]["robustness"]["dataset"])
+    sb = cfg["experiments"].get("synthetic_bbbc006")
+    if sb and cfg["datasets"].get(sb["dataset"], {}).get("source") != "sigma_map":
+        raise ConfigError(f"config key experiments.synthetic_bbbc006.dataset: {sb['dataset']!r} must be a dataset with source: sigma_map")
+    cost = cfg.get("evaluate", {}).get("paper_scale_cost")
+    for m in cost if isinstance(cost, list) else []:
+        if m not in cfg["methods"]:
+            raise ConfigError(f"config key evaluate.paper_scale_cost: method {m!r} is not defined; defined methods: {', '.join(cfg['methods'])}")
+
+
+def _check_methods(cfg: dict) -> None:
+    """Each method names a registered model, and its authors' checkpoints datasets of this config."""
     datasets, methods = cfg["datasets"], cfg["methods"]
     for name, spec in methods.items():
         if spec["model"] not in list_models():
@@ -157,85 +180,91 @@ def _check_references(cfg: dict) -> None:
         for ds in spec.get("official", {}):
             if ds not in datasets:
                 raise ConfigError(f"config key methods.{name}.official.{ds}: not a dataset of this config; defined datasets: {', '.join(datasets)}")
-    train_keys = sorted(cfg["train"])
-    for name, ds in datasets.items():
-        for key in ds.get("train", {}):
-            if key not in train_keys or key == "prefetch":
-                raise ConfigError(f"config key datasets.{name}.train.{key}: not a training setting; allowed values: {', '.join(k for k in train_keys if k != 'prefetch')}")
-        for method in ds.get("method_overrides", {}):
-            if method not in methods:
-                raise ConfigError(f"config key datasets.{name}.method_overrides.{method}: not a method of this config; allowed values: {', '.join(methods)}")
-        if ds["source"] == "seidel":
-            if ds.get("base") not in datasets or datasets[ds["base"]]["source"] == "seidel":
-                raise ConfigError(f"config key datasets.{name}.base: {ds.get('base')!r} must name a generated or downloaded dataset; defined: {', '.join(datasets)}")
-            ds["levels"] = {"seidel": None}
-        elif ds["source"] == "sigma_map" and (ds.get("base") not in datasets or datasets[ds["base"]]["source"] in ("seidel", "sigma_map")):
-            raise ConfigError(f"config key datasets.{name}.base: {ds.get('base')!r} must name a dataset with sharp images of its own; defined: {', '.join(datasets)}")
-        elif ds["source"] == "bbbc006":
-            if "channel" not in ds:
-                raise ConfigError(f"config key datasets.{name}.channel: required for source 'bbbc006'; allowed values: w1, w2")
-            for lvl in ds["train_levels"] + ds["test_levels"]:
-                if not (len(lvl) == 3 and lvl[0] == "z" and lvl[1:].isdigit() and 0 <= int(lvl[1:]) <= 33 and lvl != "z16"):
-                    raise ConfigError(f"config key datasets.{name}: level {lvl!r} must be a BBBC006 plane z00..z33 other than the in-focus z16")
-            ds["levels"] = dict.fromkeys(dict.fromkeys(ds["train_levels"] + ds["test_levels"]))
-        elif ds["source"] in PAIRED_SOURCES:
-            _check_paired_dataset(cfg, name, ds)
-        elif "levels" not in ds:
-            raise ConfigError(f"config key datasets.{name}.levels: required for source {ds['source']!r}")
-        if ds["source"] == "demo_nuclei":
-            from dgno.data.synth import photometry_ranges
 
-            try:
-                photometry_ranges(ds["photometry"])
-            except ValueError as err:
-                raise ConfigError(f"config key datasets.{name}.photometry: {err}") from None
-        if ds.get("n_train") == 0 and "trained_on" not in ds:
-            raise ConfigError(f"config key datasets.{name}.n_train: 0 needs trained_on (a test-only set evaluated with another dataset's models)")
-        for which in ("train_levels", "test_levels"):
-            for lvl in ds[which]:
-                if lvl not in ds["levels"]:
-                    raise ConfigError(f"config key datasets.{name}.{which}: level {lvl!r} is not defined; defined levels: {', '.join(ds['levels'])}")
-    _check_trained_on(datasets)
-    for path in cfg.get("protocol", {}):
-        if config_value(cfg, path) is _MISSING:
-            raise ConfigError(f"config key protocol.{path}: names no setting of this config. Fix: use the dotted path of a key, e.g. train.grad_clip")
-    nb = cfg["experiments"].get("nonblind")
+
+def _check_dataset(cfg: dict, name: str, ds: dict) -> None:
+    """One dataset's own settings, per source; fills in the levels of sources whose levels are fixed."""
+    datasets, methods = cfg["datasets"], cfg["methods"]
+    train_keys = sorted(cfg["train"])
+    for key in ds.get("train", {}):
+        if key not in train_keys or key == "prefetch":
+            raise ConfigError(f"config key datasets.{name}.train.{key}: not a training setting; allowed values: {', '.join(k for k in train_keys if k != 'prefetch')}")
+    for method in ds.get("method_overrides", {}):
+        if method not in methods:
+            raise ConfigError(f"config key datasets.{name}.method_overrides.{method}: not a method of this config; allowed values: {', '.join(methods)}")
+    if ds["source"] == "seidel":
+        if ds.get("base") not in datasets or datasets[ds["base"]]["source"] == "seidel":
+            raise ConfigError(f"config key datasets.{name}.base: {ds.get('base')!r} must name a generated or downloaded dataset; defined: {', '.join(datasets)}")
+        ds["levels"] = {"seidel": None}
+    elif ds["source"] == "sigma_map" and (ds.get("base") not in datasets or datasets[ds["base"]]["source"] in ("seidel", "sigma_map")):
+        raise ConfigError(f"config key datasets.{name}.base: {ds.get('base')!r} must name a dataset with sharp images of its own; defined: {', '.join(datasets)}")
+    elif ds["source"] == "bbbc006":
+        _check_bbbc006_dataset(name, ds)
+    elif ds["source"] in PAIRED_SOURCES:
+        _check_paired_dataset(cfg, name, ds)
+    elif "levels" not in ds:
+        raise ConfigError(f"config key datasets.{name}.levels: required for source {ds['source']!r}")
+    if ds["source"] == "demo_nuclei":
+        # here, not at the top: the generator's module imports scipy and scikit-image, which a config
+        # without generated nuclei (the paper's) need not load to build its DAG
+        from dgno.data.synth import photometry_ranges
+
+        try:
+            photometry_ranges(ds["photometry"])
+        except ValueError as err:
+            raise ConfigError(f"config key datasets.{name}.photometry: {err}") from None
+    if ds.get("n_train") == 0 and "trained_on" not in ds:
+        raise ConfigError(f"config key datasets.{name}.n_train: 0 needs trained_on (a test-only set evaluated with another dataset's models)")
+    for which in ("train_levels", "test_levels"):
+        for lvl in ds[which]:
+            if lvl not in ds["levels"]:
+                raise ConfigError(f"config key datasets.{name}.{which}: level {lvl!r} is not defined; defined levels: {', '.join(ds['levels'])}")
+
+
+def _check_bbbc006_dataset(name: str, ds: dict) -> None:
+    """A BBBC006 channel dataset: its channel, and levels that are out-of-focus planes (its levels)."""
+    if "channel" not in ds:
+        raise ConfigError(f"config key datasets.{name}.channel: required for source 'bbbc006'; allowed values: w1, w2")
+    for lvl in ds["train_levels"] + ds["test_levels"]:
+        if not (len(lvl) == 3 and lvl[0] == "z" and lvl[1:].isdigit() and 0 <= int(lvl[1:]) <= 33 and lvl != "z16"):
+            raise ConfigError(f"config key datasets.{name}: level {lvl!r} must be a BBBC006 plane z00..z33 other than the in-focus z16")
+    ds["levels"] = dict.fromkeys(dict.fromkeys(ds["train_levels"] + ds["test_levels"]))
+
+
+def _check_experiment_settings(cfg: dict) -> None:
+    """Experiment settings that must fit their dataset: its source, its test levels, the methods' names."""
+    datasets, experiments = cfg["datasets"], cfg["experiments"]
+    nb = experiments.get("nonblind")
     if nb and datasets.get(nb["dataset"], {}).get("source") != "seidel":
         raise ConfigError(f"config key experiments.nonblind.dataset: {nb['dataset']!r} must be a dataset with source: seidel")
-    df = cfg["experiments"].get("defocus")
-    if df:
-        for ds in df["datasets"]:
-            missing = [lvl for lvl in df["levels"] if lvl not in datasets.get(ds, {}).get("test_levels", [])]
-            if ds in datasets and missing:
-                raise ConfigError(f"config key experiments.defocus.levels: {missing} are not test_levels of dataset {ds!r}; add them to datasets.{ds}.test_levels")
-    lam = cfg["experiments"].get("lam")
+    df = experiments.get("defocus")
+    for ds in df["datasets"] if df else []:
+        missing = [lvl for lvl in df["levels"] if lvl not in datasets.get(ds, {}).get("test_levels", [])]
+        if ds in datasets and missing:
+            raise ConfigError(f"config key experiments.defocus.levels: {missing} are not test_levels of dataset {ds!r}; add them to datasets.{ds}.test_levels")
+    lam = experiments.get("lam")
     if lam and lam.get("level") and lam["dataset"] in datasets and lam["level"] not in datasets[lam["dataset"]]["test_levels"]:
         tests = ", ".join(datasets[lam["dataset"]]["test_levels"])
         raise ConfigError(f"config key experiments.lam.level: {lam['level']!r} is not a test level of dataset {lam['dataset']!r}; test levels: {tests}")
-    for exp, spec in cfg["experiments"].items():
-        for ds in spec.get("datasets", [spec.get("dataset")]):
-            if ds not in datasets:
-                raise ConfigError(f"config key experiments.{exp}: dataset {ds!r} is not defined; defined datasets: {', '.join(datasets)}")
-        for m in spec["methods"]:
-            if m not in methods:
-                raise ConfigError(f"config key experiments.{exp}.methods: method {m!r} is not defined; defined methods: {', '.join(methods)}")
-            official = methods[m].get("official")
-            for ds in spec.get("datasets", [spec.get("dataset")]) if official else []:
-                source = datasets[ds].get("trained_on", ds)
-                if source not in official:
-                    raise ConfigError(
-                        f"config key experiments.{exp}.methods: {m!r} has no authors' checkpoint for dataset {source!r} "
-                        f"(methods.{m}.official names {', '.join(official)}). Fix: add one or drop the method from this experiment"
-                    )
-    if "robustness" in cfg["experiments"]:
-        _check_robustness(datasets, cfg["experiments"]["robustness"]["dataset"])
-    sb = cfg["experiments"].get("synthetic_bbbc006")
-    if sb and datasets.get(sb["dataset"], {}).get("source") != "sigma_map":
-        raise ConfigError(f"config key experiments.synthetic_bbbc006.dataset: {sb['dataset']!r} must be a dataset with source: sigma_map")
-    cost = cfg.get("evaluate", {}).get("paper_scale_cost")
-    for m in cost if isinstance(cost, list) else []:
+
+
+def _check_experiment_names(cfg: dict, exp: str, spec: dict) -> None:
+    """An experiment's datasets and methods are defined, and its authors' checkpoints exist for them."""
+    datasets, methods = cfg["datasets"], cfg["methods"]
+    for ds in spec.get("datasets", [spec.get("dataset")]):
+        if ds not in datasets:
+            raise ConfigError(f"config key experiments.{exp}: dataset {ds!r} is not defined; defined datasets: {', '.join(datasets)}")
+    for m in spec["methods"]:
         if m not in methods:
-            raise ConfigError(f"config key evaluate.paper_scale_cost: method {m!r} is not defined; defined methods: {', '.join(methods)}")
+            raise ConfigError(f"config key experiments.{exp}.methods: method {m!r} is not defined; defined methods: {', '.join(methods)}")
+        official = methods[m].get("official")
+        for ds in spec.get("datasets", [spec.get("dataset")]) if official else []:
+            source = datasets[ds].get("trained_on", ds)
+            if source not in official:
+                raise ConfigError(
+                    f"config key experiments.{exp}.methods: {m!r} has no authors' checkpoint for dataset {source!r} "
+                    f"(methods.{m}.official names {', '.join(official)}). Fix: add one or drop the method from this experiment"
+                )
 
 
 PAIRED_SOURCES = ("3dhistech", "dpdd", "realdof")  # real (blurred, sharp) pairs: dgno.data.paired_sets
