@@ -185,8 +185,8 @@ def test_dataset_views_from_checkpoints(tmp_path):
 
 
 def test_report_shows_the_figure_with_its_ratio(tmp_path):
-    from dgno.workflow.config import load_config
     from dgno.report.build import build_report
+    from dgno.workflow.config import load_config
 
     cfg = load_config(ROOT / "config.yaml")
     ds = cfg["experiments"]["operators"]["dataset"]

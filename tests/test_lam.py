@@ -176,8 +176,8 @@ def test_report_section_compares_the_methods(tmp_path):
     import pandas as pd
     from conftest import ROOT
 
-    from dgno.workflow.config import load_config
     from dgno.report.build import build_report
+    from dgno.workflow.config import load_config
 
     cfg = load_config(ROOT / "config.yaml")
     ds = cfg["experiments"]["lam"]["dataset"]

@@ -18,10 +18,10 @@ import yaml
 from conftest import ROOT, SNAKEMAKE
 from fixtures_http import bbbc006_http_session, bbbc006_server  # noqa: F401  (fixtures)
 
-from dgno.workflow.config import ConfigError, load_schema, validate_config
 from dgno.data import manual
 from dgno.data.paired import load_pairs, read_split
 from dgno.io import read_json
+from dgno.workflow.config import ConfigError, load_schema, validate_config
 
 SHAPE = (24, 32)  # (H, W) of the miniature DPDD / RealDOF images
 DPDD_COUNTS = {"train_c": 2, "val_c": 1, "test_c": 1}
@@ -246,8 +246,8 @@ def test_every_model_takes_rgb():
 def test_report_sections_compare_with_paper_or_say_how_to_run():
     import pandas as pd
 
-    from dgno.workflow.config import load_config
     from dgno.report.results import main_section, real_defocus_section
+    from dgno.workflow.config import load_config
 
     cfg = load_config(ROOT / "config" / "paper.yaml")
     summaries = pd.DataFrame(

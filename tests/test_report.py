@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dgno.workflow.config import load_config
 from dgno.report.build import build_report
 from dgno.report.tables import load_paper_values
+from dgno.workflow.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -132,8 +132,8 @@ def test_nonblind_protocol_text_comes_from_the_config(tmp_path):
     """The non-blind section's protocol notes quote the config's noise and restoration settings, not typed-in prose."""
     import copy
 
-    from dgno.workflow.config import load_config
     from dgno.report.downstream import nonblind_protocol
+    from dgno.workflow.config import load_config
 
     cfg = copy.deepcopy(load_config(ROOT / "config.yaml"))
     ds = cfg["experiments"]["nonblind"]["dataset"]

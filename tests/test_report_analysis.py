@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from dgno.workflow.config import load_config
 from dgno.report.build import build_report
 from dgno.report.figures import cost_vs_resolution, effective_rank_bars, psnr_vs_params, runtime_memory
+from dgno.workflow.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

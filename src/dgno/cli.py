@@ -20,8 +20,8 @@ INTERRUPTED_EXIT = 143
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from dgno.workflow.config import load_config
     from dgno.train import Interrupted, ModelChoice, TrainConfig, train
+    from dgno.workflow.config import load_config
 
     cfg = load_config(args.config)
     settings = TrainConfig.from_dict({**cfg["train"], "seed": cfg["seed"], "device": cfg["device"]})
@@ -130,8 +130,8 @@ def _cmd_import_official(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from dgno.workflow.config import load_config
     from dgno.report.build import build_report
+    from dgno.workflow.config import load_config
 
     build_report(load_config(args.config), args.results, args.out)
     print(args.out)

@@ -15,8 +15,8 @@ def protocol_section(config: dict[str, Any]) -> Section:
     each setting's value in *this* config beside it; the conventions table is the list the network
     follows to compute the authors' function (``dgno.models.official.AUTHORS_CONVENTIONS``).
     """
-    from dgno.workflow.config import config_value
     from dgno.models.official import AUTHORS_CONVENTIONS
+    from dgno.workflow.config import config_value
 
     sec = Section(id="protocol", title="Protocol: the authors' network and recipe, and where each setting comes from")
     sec.notes.append(
