@@ -32,7 +32,7 @@ from unittest import mock
 import torch
 
 from dgno import provenance
-from dgno.bench import _peak_mb, _sync, _timed, bench_train
+from dgno.analysis.bench import _peak_mb, _sync, _timed, bench_train
 from dgno.io import write_json
 from dgno.layers import mambair
 from dgno.layers.mambair import ASSM, set_scan_backend

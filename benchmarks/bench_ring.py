@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from dgno import provenance
     from dgno.io import write_json
-    from dgno.optics.nonblind import REFERENCE_COEFFS
+    from dgno.experiments.nonblind import REFERENCE_COEFFS
 
     torch.manual_seed(0)
     coeff_sets = {

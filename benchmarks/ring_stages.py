@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from dgno import provenance
     from dgno.io import write_json
     from dgno.optics import ring
-    from dgno.optics.nonblind import REFERENCE_COEFFS
+    from dgno.experiments.nonblind import REFERENCE_COEFFS
     from dgno.optics.ring import RingBlur, clear_caches, interpolation_taps, radial_psfs, ring_spectra
 
     shape = (args.size, args.size)

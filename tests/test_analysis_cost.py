@@ -174,7 +174,7 @@ def test_dataset_rank_table_from_checkpoints(tmp_path):
 def test_gpu_speed_file_rows_and_tables(tmp_path):
     """A bench_gpu_speed.py file: every mode becomes a row; graph replays carry no (understated) memory;
     the paper-protocol table shows DGNO ÷ Restormer beside the paper's ratio."""
-    from dgno.report.cost import speed_tables
+    from dgno.report.cost_section import speed_tables
 
     prov = {"device": "cuda: test GPU", "git_commit": "abc123", "time_utc": "2026-11-26T18:00:00+00:00"}
 

@@ -8,8 +8,8 @@ import tifffile
 import torch
 
 from dgno.cli import main
-from dgno.deblur import deblur_files
-from dgno.evaluate import model_restorer
+from dgno.inference.deblur import deblur_files
+from dgno.inference.evaluate import model_restorer
 from dgno.io import InputError
 from dgno.train import ModelChoice, TrainConfig, load_trained, train
 
@@ -92,7 +92,7 @@ def test_never_overwrites_an_input_nor_writes_two_inputs_to_one_file(checkpoint,
 
 
 def test_nan_output_is_an_error_naming_the_file_never_pixels(checkpoint, tmp_path, monkeypatch):
-    from dgno.evaluate import evaluate_checkpoint
+    from dgno.inference.evaluate import evaluate_checkpoint
 
     model_file = tmp_path / "nan.pt"
     blob = torch.load(checkpoint, weights_only=True)

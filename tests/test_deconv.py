@@ -12,7 +12,7 @@ import tifffile
 import torch
 
 from dgno.optics.deconv import richardson_lucy_deconvolve, ring_deconvolve, smoothed_tv, wiener_deconvolve
-from dgno.optics.nonblind import (
+from dgno.experiments.nonblind import (
     DEFAULT_NOISE,
     DEFAULT_PARAMS,
     REFERENCE_COEFFS,

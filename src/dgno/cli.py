@@ -48,7 +48,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from dgno.evaluate import evaluate_checkpoint
+    from dgno.inference.evaluate import evaluate_checkpoint
 
     summary = evaluate_checkpoint(
         args.checkpoint, args.data, args.level, args.out, tile=args.tile, overlap=args.overlap, with_lpips=not args.no_lpips
@@ -73,7 +73,7 @@ def _cmd_summary(args: argparse.Namespace) -> int:
 
 
 def _cmd_deblur(args: argparse.Namespace) -> int:
-    from dgno.deblur import deblur_files
+    from dgno.inference.deblur import deblur_files
 
     failures = deblur_files(
         args.inputs,
@@ -147,7 +147,7 @@ def _cmd_data_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from dgno.bench import bench_forward, bench_train, write_results
+    from dgno.analysis.bench import bench_forward, bench_train, write_results
 
     fn = bench_forward if args.kind == "forward" else bench_train
     rows = []

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from dgno.report.ablations import ablation_section
-from dgno.report.cost import BENCH_COMMAND, cost_section, runtime_section
+from dgno.report.cost_section import BENCH_COMMAND, cost_section, runtime_section
 from dgno.report.downstream import nonblind_section, stardist_section
-from dgno.report.operators import lam_section, operators_section
+from dgno.report.operators_section import lam_section, operators_section
 from dgno.report.protocol import protocol_section
 from dgno.report.render import (
     CATALOGUE,

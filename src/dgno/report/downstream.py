@@ -61,7 +61,7 @@ def nonblind_protocol(config: dict, results: Path) -> list[str]:
     Why: the table's numbers mean little without how the data were made (blur model, noise, calibration)
     and how each restoration was tuned; prose with typed-in numbers would drift from the config.
     """
-    from dgno.optics.nonblind import deconv_params, noise_settings, true_coefficients
+    from dgno.experiments.nonblind import deconv_params, noise_settings, true_coefficients
 
     exp = config["experiments"]["nonblind"]
     ds = exp["dataset"]

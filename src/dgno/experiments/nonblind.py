@@ -428,7 +428,7 @@ def blur_dataset(
         src_manifest = read_json(src / "manifest.json") if (src / "manifest.json").exists() else {}
         manifest = {
             "source": f"{src_manifest.get('source', src.name)} + brute-force Seidel blur + camera noise",
-            "generator": "dgno.optics.nonblind.blur_dataset",
+            "generator": "dgno.experiments.nonblind.blur_dataset",
             "source_dir": str(src),
             "source_normalise": normalise,
             "normalise": "dtype",

@@ -17,10 +17,10 @@ import torch
 from tqdm import tqdm
 
 from dgno import metrics, provenance
-from dgno.cuda_graphs import forward_fn
+from dgno.inference.cuda_graphs import forward_fn
 from dgno.data.paired import from_tensor_image, load_pairs, read_split, to_tensor_image
 from dgno.io import InputError, read_image, write_csv, write_json, write_tiff
-from dgno.tiling import tiled_apply
+from dgno.inference.tiling import tiled_apply
 from dgno.train import load_trained, pick_device
 
 Restorer = Callable[[np.ndarray], np.ndarray]
@@ -44,7 +44,7 @@ def model_restorer(
     """Wrap a trained network as image → restored image (full resolution output, clipped to [0, 1]).
 
     ``tile_batch`` tiles go through the network together; ``cuda_graphs`` replays the forward
-    pass from CUDA graphs and ``bf16`` runs it under bfloat16 autocast (``dgno.cuda_graphs``).
+    pass from CUDA graphs and ``bf16`` runs it under bfloat16 autocast (``dgno.inference.cuda_graphs``).
     """
     forward = forward_fn(model, device, cuda_graphs=cuda_graphs, bf16=bf16)
 

@@ -36,7 +36,7 @@ from tqdm import tqdm
 from dgno import provenance
 from dgno.data.paired import CropSampler, load_pairs, read_split
 from dgno.io import InputError, atomic_path
-from dgno.launch import check_batches
+from dgno.train.launch import check_batches
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import build_model
 

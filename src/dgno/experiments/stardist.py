@@ -11,7 +11,7 @@ small StarDist2D that :func:`train_stardist` fits on the training split's sharp 
 model directory carries ``dgno_stardist.json`` saying which, so the report can name the model.
 
 TensorFlow and StarDist are an optional extra (``requirements-stardist.txt``, ``envs/stardist.yaml``):
-they are imported inside the functions, so ``import dgno.downstream`` works without them, and every
+they are imported inside the functions, so ``import dgno.experiments.stardist`` works without them, and every
 entry point fails with :class:`MissingExtraError` naming the install command. TensorFlow's thread pools
 are capped on first use (see :func:`configure_tensorflow_threads`) because its default is one thread
 per core *per pool*, which starves the other jobs on a small shared machine.
@@ -102,7 +102,7 @@ def configure_tensorflow_threads(intra: int | None = None, inter: int = 1) -> tu
     if any(n == 0 or n > want for n, want in zip(now, (intra, inter))):
         warnings.warn(
             f"TensorFlow was started before dgno could cap its thread pools (intra/inter = {now}, wanted "
-            f"{(intra, inter)}; 0 means one per core). Import dgno.downstream's functions before other TensorFlow code.",
+            f"{(intra, inter)}; 0 means one per core). Import dgno.experiments.stardist's functions before other TensorFlow code.",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -208,7 +208,7 @@ def load_stardist_model(source: str | Path) -> tuple[Any, str]:
             raise RuntimeError(
                 f"could not fetch the pretrained StarDist model {PRETRAINED_NAME!r} ({type(exc).__name__}: {exc}); it is "
                 "downloaded from GitHub at run time and needs network access. Fix: run where the network is reachable, "
-                "or train a local model (dgno.downstream.train_stardist) and pass its directory"
+                "or train a local model (dgno.experiments.stardist.train_stardist) and pass its directory"
             ) from exc
         if model is None:
             raise RuntimeError(f"StarDist does not know the pretrained model {PRETRAINED_NAME!r} (stardist version mismatch?)")

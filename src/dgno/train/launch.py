@@ -7,7 +7,7 @@ a job never holds GPUs it does not use or starts more processes than it has GPUs
 the launch path is tested without GPUs.
 
 With more than one process, the rule's script replaces itself (``exec``) by
-``python -m torch.distributed.run --standalone --nproc_per_node=N -m dgno.launch JOB``, where JOB
+``python -m torch.distributed.run --standalone --nproc_per_node=N -m dgno.train.launch JOB``, where JOB
 is the JSON of exactly the arguments the one-process path passes to :func:`dgno.train.train`, so
 both paths train the same recipe, write the same files and resume from the same checkpoint. Exec,
 not a child process, leaves one process between the job's shell and the trainers: SLURM's
@@ -73,7 +73,7 @@ def torchrun_argv(n: int, job: str) -> list[str]:
     torchrun is run as ``python -m torch.distributed.run`` with this interpreter, so the trainers use
     the same environment as the rule whatever is first on PATH.
     """
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", "-m", "dgno.launch", job]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", "-m", "dgno.train.launch", job]
 
 
 def exec_torchrun(n: int, job: str, log_path: str | Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dgno.report.cost import cost_table
+from dgno.report.cost_section import cost_table
 from dgno.report.render import (
     Cell,
     Table,
