@@ -37,8 +37,9 @@ from dgno.io import write_json
 from dgno.layers import mambair
 from dgno.layers.mambair import ASSM, set_scan_backend
 from dgno.layers.selective_scan import mamba_selective_scan_fn, selective_scan
+from dgno.models.outputs import as_outputs
 from dgno.models.registry import build_model, list_models
-from dgno.train import as_outputs, restoration_loss
+from dgno.train.losses import restoration_loss
 
 DGNO_MODELS = ("dgno-cell", "dgno-face")
 

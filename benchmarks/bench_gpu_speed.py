@@ -54,8 +54,9 @@ from dgno.io import write_json
 from dgno.layers import scan_triton
 from dgno.layers.mambair import set_scan_backend
 from dgno.layers.selective_scan import selective_scan
+from dgno.models.outputs import as_outputs
 from dgno.models.registry import build_model
-from dgno.train import as_outputs, restoration_loss
+from dgno.train.losses import restoration_loss
 
 MODELS = ("dgno-face", "dgno-cell", "restormer", "nafnet", "swinir", "mpt")
 DGNO = ("dgno-face", "dgno-cell")
@@ -588,8 +589,8 @@ def train_steps(run: Run, plan=None, precisions=(False, True), tag: str | None =
 
 
 def bf16_psnr(run: Run, demo: Path) -> None:
+    from dgno.checkpoint import load_trained
     from dgno.inference.evaluate import model_restorer, score_dataset
-    from dgno.train import load_trained
 
     dev = run.device
     data = demo / "data"

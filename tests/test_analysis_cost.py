@@ -9,11 +9,12 @@ import pandas as pd
 import pytest
 import torch
 
-from dgno.analysis.cost import cost_table, measured_psnr_params, paper_psnr_params, published_params
+from dgno.analysis.cost import cost_table
 from dgno.analysis.rank import dataset_rank_table
 from dgno.analysis.runtime import load_bench_results
 from dgno.io import write_tiff
 from dgno.models.registry import build_model
+from dgno.report.psnr_params import measured_psnr_params, paper_psnr_params, published_params
 
 
 def test_cost_table_counts_every_method_and_size():

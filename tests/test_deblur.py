@@ -7,11 +7,12 @@ import pytest
 import tifffile
 import torch
 
+from dgno.checkpoint import load_trained
 from dgno.cli import main
 from dgno.inference.deblur import deblur_files
 from dgno.inference.evaluate import model_restorer
 from dgno.io import InputError
-from dgno.train import ModelChoice, TrainConfig, load_trained, train
+from dgno.train import ModelChoice, TrainConfig, train
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import pytest
 import tifffile
 import torch
 
-from dgno.io import InputError, atomic_path, read_image, read_raw_image, write_json
 from dgno.inference.tiling import edge_weight, tile_starts, tiled_apply
+from dgno.io import InputError, atomic_path, read_image, read_raw_image, write_json
 
 
 def test_missing_empty_truncated_and_non_image_files(tmp_path):

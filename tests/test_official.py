@@ -17,12 +17,12 @@ import pytest
 import tifffile
 import torch
 
+from dgno.checkpoint import import_official, load_trained
 from dgno.cli import main as dgno_main
 from dgno.io import InputError
-from dgno.models.official import convert_state_dict, face_indices, import_official, model_from_options
+from dgno.models.official import convert_state_dict, face_indices, model_from_options
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import build_model
-from dgno.train import load_trained
 
 OFFICIAL = Path(os.environ.get("DGNO_OFFICIAL_FIXTURES", Path(__file__).resolve().parents[2] / "shared" / "official"))
 CASES = ["w1_face", "w1_cell", "hist_face"]

@@ -20,9 +20,9 @@ import yaml
 from conftest import ROOT, SNAKEMAKE
 from test_official import _fixtures, regenerate_state_dict
 
+from dgno.checkpoint import load_trained, weights_digest
 from dgno.io import InputError
 from dgno.models.official import fetch_official
-from dgno.train import load_trained, weights_digest
 
 NAME = "DGNO_BBBC006_w1_Cell"
 

@@ -8,9 +8,7 @@ import _log  # noqa: E402
 
 _log.redirect(snakemake.log[0])  # noqa: F821
 
-from dgno.train import launch  # noqa: E402
-from dgno.cli import INTERRUPTED_EXIT  # noqa: E402
-from dgno.train import Interrupted, ModelChoice, TrainConfig, train  # noqa: E402
+from dgno.train import INTERRUPTED_EXIT, Interrupted, ModelChoice, TrainConfig, launch, train  # noqa: E402
 
 sm = snakemake  # noqa: F821
 method = sm.params.method

@@ -38,6 +38,8 @@ import torch
 from torch import Tensor, nn
 
 from dgno.analysis.rank import crop_to_image, operator_layers
+from dgno.checkpoint import load_trained
+from dgno.data.paired import load_pairs, read_split, to_tensor_image
 
 # Per-pixel terms of an operator layer that the analysis keeps (``operator_terms`` also returns "output").
 TERMS: tuple[str, ...] = ("q", "volume", "flux")
@@ -286,9 +288,6 @@ def dataset_operator_views(
     method is shown on the same input; the statistics average the first ``stat_images`` test
     images (all when None) so the interface ratio is not an artefact of one field of view.
     """
-    from dgno.data.paired import load_pairs, read_split, to_tensor_image
-    from dgno.train import load_trained
-
     ids = read_split(data_dir).get("test", [])
     if stat_images is not None:
         ids = ids[:stat_images]

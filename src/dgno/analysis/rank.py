@@ -29,6 +29,9 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
+from dgno.checkpoint import load_trained
+from dgno.data.paired import load_pairs, read_split, to_tensor_image
+
 # (paper's scale name, DGNO attribute holding that scale's T operator layers, stride w.r.t. the input)
 OPERATOR_STAGES: tuple[tuple[str, str, int], ...] = (("s1", "ops4", 4), ("s2", "ops2", 2), ("s3", "ops1", 1))
 
@@ -173,9 +176,6 @@ def dataset_rank_table(
     checkpoints: {method: model.pt}. Every method sees the same images (the first
     ``max_images`` test ids, all when None), so their ranks are directly comparable.
     """
-    from dgno.data.paired import load_pairs, read_split, to_tensor_image
-    from dgno.train import load_trained
-
     ids = read_split(data_dir).get("test", [])
     if max_images is not None:
         ids = ids[:max_images]

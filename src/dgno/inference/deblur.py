@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from dgno.checkpoint import load_trained, pick_device
 from dgno.inference.evaluate import default_tile_batch, model_restorer
 from dgno.io import InputError, read_raw_image, to_unit_float, write_tiff
-from dgno.train import load_trained, pick_device
 
 
 def _restore_array(raw: np.ndarray, restore, in_channels: int, path: Path) -> np.ndarray:

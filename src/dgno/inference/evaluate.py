@@ -17,11 +17,11 @@ import torch
 from tqdm import tqdm
 
 from dgno import metrics, provenance
-from dgno.inference.cuda_graphs import forward_fn
+from dgno.checkpoint import load_trained, pick_device
 from dgno.data.paired import from_tensor_image, load_pairs, read_split, to_tensor_image
-from dgno.io import InputError, read_image, write_csv, write_json, write_tiff
+from dgno.inference.cuda_graphs import forward_fn
 from dgno.inference.tiling import tiled_apply
-from dgno.train import load_trained, pick_device
+from dgno.io import InputError, read_image, write_csv, write_json, write_tiff
 
 Restorer = Callable[[np.ndarray], np.ndarray]
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dgno.report.psnr_params import published_params
 from dgno.report.render import (
     Cell,
     Table,
@@ -22,8 +23,6 @@ def cost_table(results: Path, methods: list[str], method_cfgs: dict[str, dict], 
     paper (its GG/LG/DGNO table) or else in the baseline's original paper (paper_values.yaml,
     `baseline_params`, each with its source); methods without a printed count show none.
     """
-    from dgno.analysis.cost import published_params
-
     path = results / "tables" / "model_summary.csv"
     if not path.exists():
         return None
