@@ -270,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from dgno import provenance
+    from dgno.experiments.nonblind_settings import REFERENCE_COEFFS
     from dgno.io import write_json
-    from dgno.experiments.nonblind import REFERENCE_COEFFS
 
     torch.manual_seed(0)
     coeff_sets = {

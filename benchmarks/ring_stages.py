@@ -41,9 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from dgno import provenance
+    from dgno.experiments.nonblind_settings import REFERENCE_COEFFS
     from dgno.io import write_json
     from dgno.optics import ring
-    from dgno.experiments.nonblind import REFERENCE_COEFFS
     from dgno.optics.ring import RingBlur, clear_caches, interpolation_taps, radial_psfs, ring_spectra
 
     shape = (args.size, args.size)

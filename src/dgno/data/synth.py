@@ -29,6 +29,8 @@ import numpy as np
 from scipy import ndimage
 from skimage.draw import line_aa
 
+from dgno.optics.noise import camera_noise
+
 # Nuclei geometry and photometry (pixels, [0, 1] intensities). Radii are those of BBBC006 U2OS nuclei
 # at 20× (about 15–25 px across); the demo keeps that pixel scale so sigma values mean the same blur.
 NUCLEUS_RADIUS_RANGE = (7.0, 12.0)  # mean semi-axis
@@ -133,13 +135,12 @@ def add_camera_noise(image: np.ndarray, *, seed: Seed, photometry: Photometry) -
 
     Shot noise grows with brightness (variance x / photons), which is what distinguishes fluorescence
     from additive-noise models; the read noise (electrons) matters most at low photon counts; the offset
-    is the camera bias, which keeps the read noise of dark pixels from clipping at 0.
+    is the camera bias, which keeps the read noise of dark pixels from clipping at 0. The camera model is
+    :func:`dgno.optics.noise.camera_noise`; this applies one image's photometry with a seeded generator.
+    Images are in [0, 1] (renders are clipped, blurs are convex), so x needs no clipping at 1.
     """
-    rng = np.random.default_rng(seed)
     p = photometry
-    x = np.clip(np.asarray(image, dtype=np.float64), 0.0, 1.0)
-    electrons = rng.poisson(x * p.photons) + rng.normal(0.0, p.read_noise, x.shape)
-    return np.clip(electrons / p.photons + p.offset, 0.0, 1.0).astype(np.float32)
+    return camera_noise(image, photons=p.photons, read_noise=p.read_noise, offset=p.offset, unit="electrons", rng=np.random.default_rng(seed))
 
 
 def illumination_field(shape: tuple[int, int], photometry: Photometry) -> np.ndarray:

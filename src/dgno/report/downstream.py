@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dgno.experiments.nonblind_settings import deconv_params, noise_settings, true_coefficients
 from dgno.io import read_json
 from dgno.report.render import (
     Cell,
@@ -61,8 +62,6 @@ def nonblind_protocol(config: dict, results: Path) -> list[str]:
     Why: the table's numbers mean little without how the data were made (blur model, noise, calibration)
     and how each restoration was tuned; prose with typed-in numbers would drift from the config.
     """
-    from dgno.experiments.nonblind import deconv_params, noise_settings, true_coefficients
-
     exp = config["experiments"]["nonblind"]
     ds = exp["dataset"]
     spec = config["datasets"][ds]
