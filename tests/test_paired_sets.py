@@ -19,7 +19,7 @@ from conftest import ROOT, SNAKEMAKE
 from fixtures_http import bbbc006_http_session, bbbc006_server  # noqa: F401  (fixtures)
 
 from dgno.config import ConfigError, load_schema, validate_config
-from dgno.data import manual
+from dgno.data import paired_sets as manual
 from dgno.data.paired import load_pairs, read_split
 from dgno.io import read_json
 
@@ -207,7 +207,7 @@ def test_config_defaults_for_paired_sources():
     assert cfg["datasets"]["dpdd"]["path"] == "resources/dpdd"
     assert cfg["datasets"]["realdof"]["levels"] == {"real": None}
     assert cfg["datasets"]["dpdd"]["check_size"] is True
-    # The schema's default URLs are the ones dgno.data.manual documents.
+    # The schema's default URLs are the ones dgno.data.paired_sets documents.
     downloads = load_schema()["properties"]["downloads"]["properties"]
     assert downloads["dpdd_url"]["default"] == manual.DPDD_URL
     assert downloads["realdof_url"]["default"] == manual.REALDOF_URL

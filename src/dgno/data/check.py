@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from dgno.data import bbbc006
+from dgno.data import bbbc006, paired_sets
 from dgno.data.download import part_path
-from dgno.data.manual import Report, check_manual
 from dgno.data.paired import read_split
+from dgno.data.paired_sets import Report
 from dgno.io import InputError, read_json
 
 NAMES = ("bbbc006", "3dhistech", "dpdd", "realdof", "demo")
@@ -34,7 +34,7 @@ def data_check(name: str, root: str | Path | None = None, **kw) -> tuple[bool, s
     """Check dataset `name` under `root` (default :data:`DEFAULT_ROOTS`); return (ok, report text).
 
     Keyword arguments go to the dataset's check: bbbc006 → :func:`check_bbbc006` (planes, labels,
-    base_url, per_channel, n_labels); 3dhistech/dpdd/realdof → :func:`dgno.data.manual.check_manual`
+    base_url, per_channel, n_labels); 3dhistech/dpdd/realdof → :func:`dgno.data.paired_sets.check`
     (counts, n_sample); demo → :func:`check_demo` (datasets).
     """
     if name not in NAMES:
@@ -47,7 +47,7 @@ def data_check(name: str, root: str | Path | None = None, **kw) -> tuple[bool, s
     elif name == "bbbc006":
         report = check_bbbc006(root, **kw)
     else:
-        report = check_manual(name, root, **kw)
+        report = paired_sets.check(name, root, **kw)
     return report.ok, report.text()
 
 
