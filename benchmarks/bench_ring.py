@@ -151,8 +151,9 @@ def _speedup_case(size: int, coeffs: dict, rounds: int, ring_runs: int, threads:
     import torch
 
     from dgno.optics import ring
-    from dgno.optics.ring import RingBlur, pixel_psfs, superposition_blur
+    from dgno.optics.ring import RingBlur
     from dgno.optics.seidel import SeidelCoefficients
+    from dgno.optics.superposition import pixel_psfs, superposition_blur
 
     torch.set_num_threads(threads)
     c = SeidelCoefficients(**coeffs)

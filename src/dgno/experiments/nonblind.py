@@ -6,7 +6,7 @@
    (JSON, with the fit error against the truth).  The fit models each bead by one shifted PSF at its
    detected peak, so it meets the same kind of model mismatch as deconvolution does.
 2. ``blur_dataset``: sharp images blurred by brute-force superposition of per-pixel Seidel PSFs of the
-   *true* coefficients (``ring.seidel_superposition``), then Poisson–Gaussian camera noise → a new
+   *true* coefficients (``superposition.seidel_superposition``), then Poisson–Gaussian camera noise → a new
    dataset (CONVENTIONS layout, blur level "seidel"), plus the noise-free blurred test images for the
    noise-sensitivity sweep.
 3. ``deconvolve_dataset``: restore the noisy test images with a single-centre-PSF baseline (Wiener,

@@ -1,7 +1,7 @@
 """The non-blind comparison's data: calibration from bead frames, and the Seidel-blurred dataset.
 
 Both are made by the brute-force per-pixel superposition of the *true* coefficients' Seidel PSFs
-(``dgno.optics.ring.seidel_superposition``) plus Poisson–Gaussian camera noise, never by the ring
+(``dgno.optics.superposition.seidel_superposition``) plus Poisson–Gaussian camera noise, never by the ring
 operator or the fitted coefficients that the restorations (``dgno.experiments.nonblind``) use.
 """
 
@@ -22,7 +22,7 @@ from dgno.experiments.nonblind_settings import DEFAULT_NOISE, LEVEL, noise_setti
 from dgno.io import atomic_dir, read_image, read_json, write_json, write_tiff
 from dgno.optics.calibration import FITTED_TERMS, BeadImage, bead_grid, detect_beads, extract_patches, fit_seidel, psf_error
 from dgno.optics.noise import camera_noise
-from dgno.optics.ring import seidel_superposition
+from dgno.optics.superposition import seidel_superposition
 from dgno.optics.seidel import SeidelCoefficients, seidel_psf, suggest_psf_size
 
 
@@ -47,7 +47,7 @@ def brute_force_blur(
 
     images: (L, H, W) in [0, 1], optical axis at the frame's centre.  The frames are padded by the PSF
     radius (``pad``: "symmetric" mirrors the specimen beyond the border, "constant" = dark surround, for
-    beads), blurred by ``ring.seidel_superposition`` and cropped back.  Returns (L, H, W) float32 (not
+    beads), blurred by ``superposition.seidel_superposition`` and cropped back.  Returns (L, H, W) float32 (not
     clipped).
     """
     arr = np.asarray(images, np.float32)
@@ -255,7 +255,7 @@ def _blur_manifest(src: Path, rows: list, *, split: str | None, normalise: str, 
         "levels": {
             LEVEL: {
                 "model": "brute-force superposition of per-pixel Seidel PSFs of the true coefficients "
-                "(dgno.optics.ring.seidel_superposition), mirror padding by the PSF radius; not the ring operator "
+                "(dgno.optics.superposition.seidel_superposition), mirror padding by the PSF radius; not the ring operator "
                 "or the fitted coefficients that deconvolution uses",
                 "coeffs_true": true.as_dict(),
                 "field_radius": "half the larger image side",

@@ -71,7 +71,7 @@ def nonblind_protocol(config: dict, results: Path) -> list[str]:
     coeffs = ", ".join(f"{k} {v:g}" for k, v in true.as_dict().items())
     notes = [
         f"Blur model: the sharp images of {spec['base']} are blurred by brute-force superposition of the exact Seidel PSF "
-        f"of every pixel (dgno.optics.ring.seidel_superposition, mirror padding by the PSF radius) with the true coefficients "
+        f"of every pixel (dgno.optics.superposition.seidel_superposition, mirror padding by the PSF radius) with the true coefficients "
         f"({coeffs} waves, {seidel.get('convention', 'dgno')} convention) - not by the ring operator or the fitted coefficients "
         "that the restorations use, so the data differ from every model by the calibration error, the ring model's "
         "approximation and the noise.",
