@@ -326,24 +326,3 @@ def render_shapes(size: tuple[int, int] = (256, 256), *, seed: int) -> np.ndarra
         rr, cc, val = rr[ok], cc[ok], val[ok]
         image[rr, cc] = np.maximum(image[rr, cc], rng.uniform(0.4, 1.0) * val)
     return np.clip(image, 0.0, 1.0).astype(np.float32)
-
-
-def defocus_sigma_range(dz: float, *, sigma_per_plane: float = 0.5, relative_spread: float = 0.2) -> tuple[float, float]:
-    """(lo, hi) = σ_c · (1 − s, 1 + s), σ_c = sigma_per_plane · dz: blur standing in for BBBC006 plane |z − 16| = dz.
-
-    STAND-IN, not a calibration. BBBC006 planes are 2 µm apart with z = 16 in focus; in geometric
-    optics the defocus blur width grows linearly with the distance from focus, so a Gaussian with σ
-    proportional to dz is the usual first-order stand-in, and the ±s spread stands for field-dependent
-    focus (tilt, field curvature) that makes a real plane spatially varying. With the defaults the
-    paper's training planes z = 2, 6, 10 (dz = 14, 10, 6) get σ ranges 5.6–8.4, 4–6 and 2.4–3.6 px and the
-    generalisation planes z = 1, 5, 13 (dz = 15, 11, 3) get 6–9, 4.4–6.6 and 1.2–1.8 px — the same
-    pixel scale as BBBC006 at 696×520, inside the paper's 0.6–13 px range. dz = 0 gives (0, 0): no blur.
-    """
-    if not dz >= 0:
-        raise ValueError(f"dz={dz!r}: must be >= 0 (it is |z - 16|)")
-    if sigma_per_plane <= 0:
-        raise ValueError(f"sigma_per_plane={sigma_per_plane!r}: must be > 0")
-    if not 0 <= relative_spread < 1:
-        raise ValueError(f"relative_spread={relative_spread!r}: must be in [0, 1)")
-    centre = sigma_per_plane * float(dz)
-    return centre * (1.0 - relative_spread), centre * (1.0 + relative_spread)
