@@ -97,8 +97,14 @@ def _small_sigma_weight(sigma: np.ndarray) -> np.ndarray:
     return np.where(sigma > 0, lam, 0.0)
 
 
-def _pad_reflect(img: np.ndarray, r: int) -> np.ndarray:
-    """Half-sample symmetric padding by r on both spatial axes (numpy repeats it for r > size)."""
+def pad_reflect(img: np.ndarray, r: int) -> np.ndarray:
+    """Half-sample symmetric padding by r on both spatial axes (numpy repeats it for r > size); r = 0: img itself.
+
+    The boundary of every blur and deconvolution of images here: a field of view is cut out of a larger
+    specimen, so what lies beyond the border resembles what lies inside it.
+    """
+    if not r:
+        return img
     pad = [(r, r), (r, r)] + [(0, 0)] * (img.ndim - 2)
     return np.pad(img, pad, mode="symmetric")
 
@@ -153,7 +159,7 @@ def sigma_blur(image: np.ndarray, sigma_map: np.ndarray) -> np.ndarray:
     pix, base, wts = pix[order], base[order], wts[:, order]
 
     r_max = kernel_radius(grid[-1])
-    padded = _pad_reflect(img, r_max)
+    padded = pad_reflect(img, r_max)
     for k, s in enumerate(grid):
         i0, i1 = np.searchsorted(base, [k - 3, k + 1])
         if i1 == i0:
