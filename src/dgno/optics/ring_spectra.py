@@ -218,6 +218,31 @@ def _row_lengths(r_src: np.ndarray, r: np.ndarray, reach: float, half: int, n_ph
     return np.where(empty, 0, j_max + 1)
 
 
+def _block_points(lengths: np.ndarray, off_grid: np.ndarray, most: int, n_rays: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, angle index, unused) of the points one block samples, from each (radius, row)'s length (Rb, Db).
+
+    One set of (δ, j) points serves every radius when that is no longer than the longest radius's own
+    list (all but the innermost block): then each is (P,) and ``unused`` (Rb, P) marks rows off a radius's
+    grid. Otherwise each radius gets its own points, padded to the longest list, all (Rb, P); padding
+    reads ray ``n_rays``, the unused point.
+    """
+    n_rb, n_rows = lengths.shape
+    rb = np.arange(n_rb)[:, None]  # (Rb, 1)
+    shared = lengths.max(0)  # (Db,) the longest row over the block's radii
+    if int(shared.sum()) <= most:
+        row = np.repeat(np.arange(n_rows), shared)  # (P,)
+        ang = np.arange(row.size) - (np.cumsum(shared) - shared)[row]  # (P,)
+        return row, ang, off_grid[:, row]  # unused (Rb, P): another radius's row, off this one's grid
+    ends = np.cumsum(lengths, 1)  # (Rb, Db) the radius's points row after row, then padding
+    point = np.broadcast_to(np.arange(most), (n_rb, most))  # (Rb, P)
+    # one sorted search for all radii: offset each radius's ends and points past the previous ones
+    found = np.searchsorted((ends + rb * (most + 1)).ravel(), (point + rb * (most + 1)).ravel(), side="right")
+    row = np.minimum(found.reshape(n_rb, most) - rb * n_rows, n_rows - 1)  # (Rb, P) row of each point
+    ang = point - np.take_along_axis(ends - lengths, row, 1)  # (Rb, P) angle index within its row
+    unused = point >= ends[:, -1:]  # (Rb, P) padding
+    return row, np.where(unused, n_rays, ang), unused  # padding reads the unused point's ray
+
+
 @functools.lru_cache(maxsize=64)
 def _sampling_plan(
     first: int, n_src: int, fine: int, grid: PolarGrid, band: tuple[int, int], block_values: int, dtype: torch.dtype, device
@@ -259,20 +284,7 @@ def _sampling_plan(
             plan.append(_SampleBlock(start, stop, (r_lo, r_hi), half, None, None))
             continue
         rb = np.arange(n_rb)[:, None]  # (Rb, 1)
-        shared = lengths.max(0)  # (Db,) the longest row over the block's radii
-        if int(shared.sum()) <= most:  # one set of (δ, j) points serves every radius (all but the innermost block)
-            row = np.repeat(np.arange(n_rows), shared)  # (P,)
-            ang = np.arange(row.size) - (np.cumsum(shared) - shared)[row]  # (P,)
-            unused = off_grid[:, row]  # (Rb, P): another radius's row, off this one's grid
-        else:  # each radius its own points, padded to the longest list
-            ends = np.cumsum(lengths, 1)  # (Rb, Db) the radius's points row after row, then padding
-            point = np.broadcast_to(np.arange(most), (n_rb, most))  # (Rb, P)
-            # one sorted search for all radii: offset each radius's ends and points past the previous ones
-            found = np.searchsorted((ends + rb * (most + 1)).ravel(), (point + rb * (most + 1)).ravel(), side="right")
-            row = np.minimum(found.reshape(n_rb, most) - rb * n_rows, n_rows - 1)  # (Rb, P) row of each point
-            ang = point - np.take_along_axis(ends - lengths, row, 1)  # (Rb, P) angle index within its row
-            unused = point >= ends[:, -1:]  # (Rb, P) padding
-            ang = np.where(unused, n_rays, ang)  # the unused point's ray
+        row, ang, unused = _block_points(lengths, off_grid, most, n_rays)
         a_j, b_j, c_j = (np.take(rays[i], ang, axis=0) for i in range(3))  # (…, P, 2) each
         xy = np.multiply(src[:, None, None], a_j)  # (Rb, P, 2) = i A_j + δ B_j + C, in place after the first step
         xy += c_j
