@@ -3,14 +3,13 @@ hand-placed 3DHistech folder), shared by the paired-set tests and the paper-DAG 
 
 from __future__ import annotations
 
-import io
 import struct
-import zipfile
 import zlib
 from pathlib import Path
 
 import imageio.v3 as iio
 import numpy as np
+from fixtures_http import zip_bytes
 
 SHAPE = (24, 32)  # (H, W) of the miniature DPDD / RealDOF images
 DPDD_COUNTS = {"train_c": 2, "val_c": 1, "test_c": 1}
@@ -38,14 +37,6 @@ def pair(seed: int, shape=SHAPE, dtype=np.uint8) -> tuple[np.ndarray, np.ndarray
     return blur, sharp
 
 
-def _zip(members: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for name, data in members.items():
-            zf.writestr(name, data)
-    return buf.getvalue()
-
-
 def dpdd_zip() -> bytes:
     """dd_dp_dataset_png/{train_c,val_c,test_c}/{source,target}/<name>.png, 16-bit RGB, plus a dual-pixel
     train_l folder that preparing must ignore (only the combined view is used)."""
@@ -58,7 +49,7 @@ def dpdd_zip() -> bytes:
             members[f"dd_dp_dataset_png/{split}/target/{name}"] = png16_rgb(sharp)
             seed += 1
     members["dd_dp_dataset_png/train_l/source/1P0A1745_L.png"] = png16_rgb(pair(99, dtype=np.uint16)[0])
-    return _zip(members)
+    return zip_bytes(members)
 
 
 def realdof_zip(n: int = 2) -> bytes:
@@ -67,7 +58,7 @@ def realdof_zip(n: int = 2) -> bytes:
         blur, sharp = pair(100 + i)
         members[f"RealDOF/source/{i:03d}.png"] = iio.imwrite("<bytes>", blur, extension=".png")
         members[f"RealDOF/target/{i:03d}.png"] = iio.imwrite("<bytes>", sharp, extension=".png")
-    return _zip(members)
+    return zip_bytes(members)
 
 
 def write_histech(root: Path) -> Path:
