@@ -32,13 +32,14 @@ from unittest import mock
 import torch
 
 from dgno import provenance
-from dgno.bench import _peak_mb, _sync, _timed, bench_train
+from dgno.analysis.bench import _peak_mb, _sync, _timed, bench_train
 from dgno.io import write_json
 from dgno.layers import mambair
 from dgno.layers.mambair import ASSM, set_scan_backend
 from dgno.layers.selective_scan import mamba_selective_scan_fn, selective_scan
+from dgno.models.outputs import as_outputs
 from dgno.models.registry import build_model, list_models
-from dgno.train import as_outputs, restoration_loss
+from dgno.train.losses import restoration_loss
 
 DGNO_MODELS = ("dgno-cell", "dgno-face")
 

@@ -12,7 +12,7 @@ dropped).  Every method is measured in the same process on the same device:
    the fastest tile configuration is used for everything after it.
 2. ``inference``: forward passes of the paper-scale models (DGNO-Face, DGNO-Cell, Restormer,
    NAFNet, SwinIR, MPT), batch 1 and 8, float32 and bfloat16 autocast, 128² to 1024², eager and
-   replayed from CUDA graphs (``dgno.cuda_graphs``); DGNO with the Triton scan, and eager with the
+   replayed from CUDA graphs (``dgno.inference.cuda_graphs``); DGNO with the Triton scan, and eager with the
    chunked PyTorch scan as the before-state.  A configuration predicted to take over
    ``--max-forward-s`` per pass (from the model's smaller sizes) is skipped and listed.
 3. ``memory``: the candidate protocols for the paper's "memory (GB)" column, batch 1, 256² and 512²:
@@ -49,13 +49,14 @@ from typing import Any
 import torch
 
 from dgno import provenance
-from dgno.cuda_graphs import GraphedForward
+from dgno.inference.cuda_graphs import GraphedForward
 from dgno.io import write_json
 from dgno.layers import scan_triton
 from dgno.layers.mambair import set_scan_backend
 from dgno.layers.selective_scan import selective_scan
+from dgno.models.outputs import as_outputs
 from dgno.models.registry import build_model
-from dgno.train import as_outputs, restoration_loss
+from dgno.train.losses import restoration_loss
 
 MODELS = ("dgno-face", "dgno-cell", "restormer", "nafnet", "swinir", "mpt")
 DGNO = ("dgno-face", "dgno-cell")
@@ -588,8 +589,8 @@ def train_steps(run: Run, plan=None, precisions=(False, True), tag: str | None =
 
 
 def bf16_psnr(run: Run, demo: Path) -> None:
-    from dgno.evaluate import model_restorer, score_dataset
-    from dgno.train import load_trained
+    from dgno.checkpoint import load_trained
+    from dgno.inference.evaluate import model_restorer, score_dataset
 
     dev = run.device
     data = demo / "data"

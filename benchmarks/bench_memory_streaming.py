@@ -8,7 +8,7 @@ and test splits, `size`² pixels), then measures, each in a fresh Python process
 memory (ru_maxrss) of
 
 * training: `dgno.train.train` on the train split, a few iterations of the smoke-scale GG model;
-* evaluation: `dgno.evaluate.score_dataset` of the test split (identity restorer, PSNR/SSIM);
+* evaluation: `dgno.inference.evaluate.score_dataset` of the test split (identity restorer, PSNR/SSIM);
 
 once with the streaming cache at `cache_mb` (DGNO_IMAGE_CACHE_MB) and once with a budget larger
 than the data, which holds every decoded image as the pipeline did before streaming. The goal is
@@ -46,7 +46,7 @@ if kind == "train":
     train(data, data.parent / ("run_" + data.name), model_choice=ModelChoice(name="gg", scale="smoke"),
           levels=["a"], cfg=cfg, progress=False, install_signal_handlers=False)
 else:
-    from dgno.evaluate import identity_restorer, score_dataset
+    from dgno.inference.evaluate import identity_restorer, score_dataset
     score_dataset(identity_restorer, data, "a", data.parent / ("eval_" + data.name), method="input",
                   with_lpips=False, save_restored=False, progress=False)
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)

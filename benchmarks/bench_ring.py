@@ -151,8 +151,9 @@ def _speedup_case(size: int, coeffs: dict, rounds: int, ring_runs: int, threads:
     import torch
 
     from dgno.optics import ring
-    from dgno.optics.ring import RingBlur, pixel_psfs, superposition_blur
+    from dgno.optics.ring import RingBlur
     from dgno.optics.seidel import SeidelCoefficients
+    from dgno.optics.superposition import pixel_psfs, superposition_blur
 
     torch.set_num_threads(threads)
     c = SeidelCoefficients(**coeffs)
@@ -270,8 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from dgno import provenance
+    from dgno.experiments.nonblind_settings import REFERENCE_COEFFS
     from dgno.io import write_json
-    from dgno.optics.nonblind import REFERENCE_COEFFS
 
     torch.manual_seed(0)
     coeff_sets = {

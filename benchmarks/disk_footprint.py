@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# dataset -> (test images, height, width, channels), from config/paper.yaml and dgno.data.manual / bbbc006.
+# dataset -> (test images, height, width, channels), from config/paper.yaml and dgno.data.paired_sets / bbbc006.
 TEST_SPLIT = {
     "3dhistech": (18909, 256, 256, 3),
     "dpdd": (76, 1120, 1680, 3),

@@ -2,7 +2,7 @@
 
     python benchmarks/gpu_speed_table.py benchmarks/results/gpu_speed_h100*.json
 
-The same tables as the report's runtime section (``dgno.report.cost.speed_tables``), so the README
+The same tables as the report's runtime section (``dgno.report.cost_section.speed_tables``), so the README
 and the report are regenerated from one reader; cells are "measured" or "measured (paper)".
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from dgno.analysis.runtime import load_bench_results
-from dgno.report.cost import speed_tables
+from dgno.report.cost_section import speed_tables
 from dgno.report.render import load_paper
 
 

@@ -30,13 +30,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 from test_official import OFFICIAL, regenerate_state_dict  # noqa: E402
 
 from dgno import provenance  # noqa: E402
+from dgno.checkpoint import import_official, load_trained  # noqa: E402
 from dgno.layers import flux as flux_module  # noqa: E402
 from dgno.layers import mambair  # noqa: E402
 from dgno.layers.blocks import SCM  # noqa: E402
 from dgno.layers.operator import DGOperatorLayer, HeadLayerNorm, _GalerkinLayer  # noqa: E402
 from dgno.models import dgno as dgno_model  # noqa: E402
-from dgno.models.official import import_official  # noqa: E402
-from dgno.train import load_trained  # noqa: E402
 
 CASES = ("w1_face", "w1_cell", "hist_face")
 

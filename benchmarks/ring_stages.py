@@ -41,10 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from dgno import provenance
+    from dgno.experiments.nonblind_settings import REFERENCE_COEFFS
     from dgno.io import write_json
-    from dgno.optics import ring
-    from dgno.optics.nonblind import REFERENCE_COEFFS
-    from dgno.optics.ring import RingBlur, clear_caches, interpolation_taps, radial_psfs, ring_spectra
+    from dgno.optics import ring_spectra as spectra
+    from dgno.optics.polar import interpolation_taps
+    from dgno.optics.ring import RingBlur, clear_caches
+    from dgno.optics.ring_spectra import radial_psfs, ring_spectra
 
     shape = (args.size, args.size)
     x = torch.rand(1, 1, *shape, generator=torch.Generator().manual_seed(0))
@@ -53,11 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     kw = dict(field_radius=op.field_radius, psf_size=op.psf_size, oversampling=op.oversampling, dtype=op.dtype)
     psfs = radial_psfs(REFERENCE_COEFFS, radii, **kw)
 
-    plan_args = (0, op.grid.n_radii, psfs.shape[-1], op.grid, op.band, ring.BLOCK_VALUES, op.dtype, psfs.device)
+    plan_args = (0, op.grid.n_radii, psfs.shape[-1], op.grid, op.band, spectra.BLOCK_VALUES, op.dtype, psfs.device)
 
     def sampling_plan():
-        ring._sampling_plan.cache_clear()
-        return ring._sampling_plan(*plan_args)
+        spectra._sampling_plan.cache_clear()
+        return spectra._sampling_plan(*plan_args)
 
     def end_to_end():
         return RingBlur(coeffs=REFERENCE_COEFFS, image_shape=shape, psf_size=op.psf_size).A(x)

@@ -75,7 +75,8 @@ def image_name(well: str, site: int, channel: str, z: int) -> str:
     return f"{PREFIX}_{well}_s{site}_{channel}{suffix}.tif"
 
 
-def _zip(members: dict[str, bytes]) -> bytes:
+def zip_bytes(members: dict[str, bytes]) -> bytes:
+    """A zip archive in memory: {member name: content}."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for name, data in members.items():
@@ -98,11 +99,11 @@ def build_archives(planes=PLANES, wells=WELLS) -> dict[str, bytes]:
             f"{top}/{image_name(w, s, c, z)}": _tiff_bytes(make_image(z, w, s, c)) for w in wells for s in SITES for c in CHANNELS
         }
         members[f"{top}/README.txt"] = b"not an image: pairing must ignore it\n"
-        out[f"{top}.zip"] = _zip(members)
+        out[f"{top}.zip"] = zip_bytes(members)
     labels = {
         f"BBBC006_v1_labels/{PREFIX}_{w}_s{s}.png": iio.imwrite("<bytes>", make_mask(w, s), extension=".png") for w in wells for s in SITES
     }
-    out["BBBC006_v1_labels.zip"] = _zip(labels)
+    out["BBBC006_v1_labels.zip"] = zip_bytes(labels)
     return out
 
 

@@ -9,11 +9,12 @@ import pandas as pd
 import pytest
 import torch
 
-from dgno.analysis.cost import cost_table, measured_psnr_params, paper_psnr_params, published_params
+from dgno.analysis.cost import cost_table
 from dgno.analysis.rank import dataset_rank_table
 from dgno.analysis.runtime import load_bench_results
 from dgno.io import write_tiff
 from dgno.models.registry import build_model
+from dgno.report.psnr_params import measured_psnr_params, paper_psnr_params, published_params
 
 
 def test_cost_table_counts_every_method_and_size():
@@ -174,7 +175,7 @@ def test_dataset_rank_table_from_checkpoints(tmp_path):
 def test_gpu_speed_file_rows_and_tables(tmp_path):
     """A bench_gpu_speed.py file: every mode becomes a row; graph replays carry no (understated) memory;
     the paper-protocol table shows DGNO ÷ Restormer beside the paper's ratio."""
-    from dgno.report.cost import speed_tables
+    from dgno.report.cost_section import speed_tables
 
     prov = {"device": "cuda: test GPU", "git_commit": "abc123", "time_utc": "2026-11-26T18:00:00+00:00"}
 

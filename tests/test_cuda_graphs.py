@@ -1,11 +1,11 @@
-"""CUDA-graph inference (``dgno.cuda_graphs``): refusals on any machine, replay == eager on a GPU."""
+"""CUDA-graph inference (``dgno.inference.cuda_graphs``): refusals on any machine, replay == eager on a GPU."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from dgno.cuda_graphs import GraphedForward, capturable, forward_fn
+from dgno.inference.cuda_graphs import GraphedForward, capturable, forward_fn
 from dgno.layers.mambair import set_scan_backend
 from dgno.models.registry import build_model
 

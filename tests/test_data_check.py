@@ -12,10 +12,10 @@ import pytest
 from conftest import write_tiny_dataset
 from fixtures_http import bbbc006_http_session, bbbc006_server  # noqa: F401
 
-from dgno.data import manual
+from dgno.data import paired_sets as manual
 from dgno.data.bbbc006 import fetch, prepare_dataset
 from dgno.data.check import NAMES, data_check
-from dgno.data.manual import check_3dhistech, download_or_instructions
+from dgno.data.paired_sets import check_3dhistech, download_or_instructions
 from dgno.io import InputError
 
 FAST = dict(backoff=0.0, timeout=10, progress=False)

@@ -7,11 +7,12 @@ import pytest
 import tifffile
 import torch
 
+from dgno.checkpoint import load_trained
 from dgno.cli import main
-from dgno.deblur import deblur_files
-from dgno.evaluate import model_restorer
+from dgno.inference.deblur import deblur_files
+from dgno.inference.evaluate import model_restorer
 from dgno.io import InputError
-from dgno.train import ModelChoice, TrainConfig, load_trained, train
+from dgno.train import ModelChoice, TrainConfig, train
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +93,7 @@ def test_never_overwrites_an_input_nor_writes_two_inputs_to_one_file(checkpoint,
 
 
 def test_nan_output_is_an_error_naming_the_file_never_pixels(checkpoint, tmp_path, monkeypatch):
-    from dgno.evaluate import evaluate_checkpoint
+    from dgno.inference.evaluate import evaluate_checkpoint
 
     model_file = tmp_path / "nan.pt"
     blob = torch.load(checkpoint, weights_only=True)

@@ -11,25 +11,19 @@ import pytest
 import tifffile
 import torch
 
-from dgno.optics.deconv import richardson_lucy_deconvolve, ring_deconvolve, smoothed_tv, wiener_deconvolve
-from dgno.optics.nonblind import (
+from dgno.experiments.nonblind import deconvolve_dataset, restore_image, sensitivity
+from dgno.experiments.nonblind_data import bead_frame, blur_dataset, brute_force_blur, calibrate, data_psf_size
+from dgno.experiments.nonblind_settings import (
     DEFAULT_NOISE,
     DEFAULT_PARAMS,
     REFERENCE_COEFFS,
-    bead_frame,
-    blur_dataset,
-    brute_force_blur,
-    calibrate,
-    camera_noise,
-    data_psf_size,
     deconv_params,
-    deconvolve_dataset,
     estimate_noise_sigma,
     noise_settings,
     resolve_params,
-    restore_image,
-    sensitivity,
 )
+from dgno.optics.deconv import richardson_lucy_deconvolve, ring_deconvolve, smoothed_tv, wiener_deconvolve
+from dgno.optics.noise import camera_noise
 from dgno.optics.ring import RingBlur
 from dgno.optics.seidel import SeidelCoefficients
 
@@ -194,7 +188,7 @@ def test_camera_noise_and_noise_estimate():
     rng = np.random.default_rng(0)
     flat = np.full((128, 128), 0.3)
     for photons, read in ((0.0, 0.01), (1000.0, 0.0), (1000.0, 0.02)):
-        y = camera_noise(flat, photons=photons, read_sigma=read, rng=rng)
+        y = camera_noise(flat, photons=photons, read_noise=read, unit="intensity", rng=rng)
         truth = np.sqrt((0.3 / photons if photons else 0.0) + read**2)
         assert np.std(y) == pytest.approx(truth, rel=0.05)
         assert estimate_noise_sigma(y) == pytest.approx(truth, rel=0.1)
@@ -245,7 +239,7 @@ def test_ring_lambda_following_the_noise_beats_the_noise_free_default():
     x = cells((64, 64), seed=2)
     m = 12
     clean = brute_force_blur(x[None], REFERENCE_COEFFS, field_radius=32.0, psf_size=25)[0]
-    y = camera_noise(clean, photons=2000.0, read_sigma=0.01, rng=np.random.default_rng(0))
+    y = camera_noise(clean, photons=2000.0, read_noise=0.01, unit="intensity", rng=np.random.default_rng(0))
     op = RingBlur(coeffs=REFERENCE_COEFFS, image_shape=(64 + 2 * m, 64 + 2 * m), field_radius=32.0, psf_size=25)
     fixed, _ = restore_image(y, "ring", op, {**DEFAULT_PARAMS["ring"], "lam": 3e-5, "iterations": 150})
     auto, used = restore_image(y, "ring", op, {**DEFAULT_PARAMS["ring"], "iterations": 150})

@@ -1,4 +1,4 @@
-"""StarDist downstream check (dgno.downstream).
+"""StarDist downstream check (dgno.experiments.stardist).
 
 TensorFlow + StarDist are an optional extra (requirements-stardist.txt): without them these tests
 skip with the install command, except under CI=true, where a missing extra is a failure (CI installs
@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from dgno import downstream as ds
+from dgno.experiments import stardist as ds
 
 
 def _in_ci() -> bool:
@@ -70,7 +70,7 @@ def _run_fresh(code: str, *, timeout: int) -> subprocess.CompletedProcess:
 def test_module_imports_without_tensorflow_and_names_the_install_command():
     code = (
         "import sys; sys.modules['tensorflow'] = None\n"  # makes `import tensorflow` raise ImportError
-        "import numpy as np, dgno.downstream as ds\n"
+        "import numpy as np, dgno.experiments.stardist as ds\n"
         "assert 'stardist' not in sys.modules\n"
         "try:\n"
         "    ds.average_precision(np.zeros((4, 4), int), np.zeros((4, 4), int))\n"
@@ -87,7 +87,7 @@ def test_torch_can_train_after_the_extra_is_loaded(stardist_extra):
     """TensorFlow loaded first made the next torch optimizer segfault (Triton's import): a fresh process
     loads the extra through the package, then builds AdamW and takes a step."""
     code = (
-        "import dgno.downstream as ds, torch\n"
+        "import dgno.experiments.stardist as ds, torch\n"
         "ds._import_stardist()\n"
         "lin = torch.nn.Linear(2, 2)\n"
         "opt = torch.optim.AdamW(lin.parameters())\n"
@@ -137,7 +137,7 @@ def test_tensorflow_thread_pools_are_capped(stardist_extra, monkeypatch):
 
     tf.reduce_sum(tf.ones((8, 8))).numpy()  # make sure the runtime has started: the pools are now fixed
     intra, inter = ds.configure_tensorflow_threads()
-    assert 1 <= intra <= 2 and inter == 1, "the first dgno.downstream call must cap TensorFlow's pools"
+    assert 1 <= intra <= 2 and inter == 1, "the first dgno.experiments.stardist call must cap TensorFlow's pools"
     assert tf.config.threading.get_intra_op_parallelism_threads() == intra
     assert ds.configure_tensorflow_threads(intra + 1) == (intra, inter)  # fixed once started
     # TensorFlow started elsewhere, uncapped (0 = one thread per core): say so instead of staying silent.

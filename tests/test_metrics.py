@@ -74,7 +74,7 @@ def test_edge_band_table_pools_errors_by_region(tmp_path):
     exact interior; pooled over images (summed squared errors), 'all' equals metrics.psnr on the pool."""
     import tifffile
 
-    from dgno.edge_band import edge_band_table
+    from dgno.experiments.edge_band import edge_band_table
 
     data, evals = tmp_path / "data", tmp_path / "eval"
     (data / "gt").mkdir(parents=True)

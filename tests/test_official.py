@@ -9,48 +9,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tifffile
 import torch
+from fixtures_official import fixture_dir, regenerate_state_dict
 
+from dgno.checkpoint import import_official, load_trained
 from dgno.cli import main as dgno_main
 from dgno.io import InputError
-from dgno.models.official import convert_state_dict, face_indices, import_official, model_from_options
+from dgno.models.official import convert_state_dict, face_indices, model_from_options
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import build_model
-from dgno.train import load_trained
 
-OFFICIAL = Path(os.environ.get("DGNO_OFFICIAL_FIXTURES", Path(__file__).resolve().parents[2] / "shared" / "official"))
 CASES = ["w1_face", "w1_cell", "hist_face"]
-
-
-def _fixtures() -> Path:
-    """The fixture folder; in CI (which always has ../shared) a missing folder is a failure, not a skip."""
-    if not (OFFICIAL / "manifest_paper_scale.json").exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"golden fixtures missing at {OFFICIAL}")
-        pytest.skip(f"golden fixtures not found at {OFFICIAL} (set DGNO_OFFICIAL_FIXTURES)")
-    return OFFICIAL
-
-
-def regenerate_state_dict(recipe: dict) -> dict[str, torch.Tensor]:
-    """The authors'-format state dict from a fixture's weights.json (recipe in the fixtures' README)."""
-    state = {}
-    for t in recipe["tensors"]:
-        init, shape = t["init"], tuple(t["shape"])
-        if init["kind"] == "normal":
-            x = np.random.default_rng(init["seed"]).standard_normal(size=shape)
-            x = (x * init["std"] + init["mean"]).astype(np.float32)
-        elif t["dtype"] == "int64":
-            x = np.asarray(init["values"], dtype=np.int64).reshape(shape)
-        else:
-            x = np.asarray(init["values"], dtype=np.float64).astype(np.float32).reshape(shape)
-        state[t["key"]] = torch.from_numpy(np.array(x, copy=True))  # (ascontiguousarray would make 0-d tensors 1-d)
-    return state
 
 
 def _sha256(state: dict[str, torch.Tensor]) -> str:
@@ -63,7 +36,7 @@ def _sha256(state: dict[str, torch.Tensor]) -> str:
 @pytest.fixture(scope="module", params=CASES)
 def imported(request, tmp_path_factory):
     """(case folder, imported model.pt) for each fixture case, through the ``dgno import-official`` CLI."""
-    case = _fixtures() / request.param
+    case = fixture_dir() / request.param
     options = json.loads((case / "options.json").read_text())
     state = regenerate_state_dict(json.loads((case / "weights.json").read_text()))
     assert _sha256(state) == options["recipe"]["state_dict_sha256"]  # the recipe was followed bit-exactly
@@ -105,7 +78,7 @@ def test_imported_model_through_dgno_deblur_in_float32(imported, tmp_path):
 
 
 def _manifest() -> dict:
-    return json.loads((_fixtures() / "manifest_paper_scale.json").read_text())["configs"]
+    return json.loads((fixture_dir() / "manifest_paper_scale.json").read_text())["configs"]
 
 
 def _manifest_state(entry: dict) -> dict[str, torch.Tensor]:

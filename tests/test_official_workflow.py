@@ -18,11 +18,11 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT, SNAKEMAKE
-from test_official import _fixtures, regenerate_state_dict
+from fixtures_official import fixture_dir, regenerate_state_dict
 
+from dgno.checkpoint import load_trained, weights_digest
 from dgno.io import InputError
 from dgno.models.official import fetch_official
-from dgno.train import load_trained, weights_digest
 
 NAME = "DGNO_BBBC006_w1_Cell"
 
@@ -35,7 +35,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture
 def served(tmp_path):
     """(base URL, folder): a loopback HTTP server over a folder holding the fixture checkpoint."""
-    case = _fixtures() / "w1_cell"
+    case = fixture_dir() / "w1_cell"
     folder = tmp_path / "served"
     folder.mkdir()
     state = regenerate_state_dict(json.loads((case / "weights.json").read_text()))
@@ -55,7 +55,7 @@ def test_workflow_downloads_imports_and_evaluates_the_authors_weights(served, tm
     base_url, folder = served
     options = tmp_path / "options"
     options.mkdir()
-    network_g = json.loads((_fixtures() / "w1_cell" / "options.json").read_text())["network_g"]
+    network_g = json.loads((fixture_dir() / "w1_cell" / "options.json").read_text())["network_g"]
     (options / f"{NAME}.yml").write_text(yaml.safe_dump({"name": NAME, "network_g": network_g}))
     cfg = yaml.safe_load((ROOT / "tests" / "smoke.yaml").read_text())
     cfg["datasets"] = {"nuclei": cfg["datasets"]["nuclei"]}

@@ -31,8 +31,8 @@ import torch
 import yaml
 from conftest import ROOT, SNAKEMAKE
 from fixtures_http import bbbc006_http_session, bbbc006_server, make_image, make_mask  # noqa: F401  (fixtures)
-from test_official import _fixtures, regenerate_state_dict
-from test_paired_sets import dpdd_zip, realdof_zip, write_histech
+from fixtures_official import fixture_dir, regenerate_state_dict
+from fixtures_paired import dpdd_zip, realdof_zip, write_histech
 
 pytest_plugins = ["slurm_cluster"]
 
@@ -78,7 +78,7 @@ def stardist_stand_in(folder: Path) -> Path:
     img, mask = make_image(16, "a01", 1, "w1"), make_mask("a01", 1)
     code = textwrap.dedent(f"""
         import numpy as np
-        from dgno.downstream import PRETRAINED_NAME, train_stardist
+        from dgno.experiments.stardist import PRETRAINED_NAME, train_stardist
         img = np.array({img.tolist()}, np.float32); mask = np.array({mask.tolist()}, np.uint16)
         train_stardist([img / img.max()], [mask], {str(folder)!r} + "/" + PRETRAINED_NAME, epochs=1, steps_per_epoch=1,
                        patch=16, seed=0, dataset="rehearsal stand-in", n_rays=8)
@@ -95,7 +95,7 @@ def test_paper_dag_rehearsal(slurm_cluster, bbbc006_server, tmp_path):  # noqa: 
     srv = bbbc006_server
     srv.archives["DPDD.zip"] = dpdd_zip()
     srv.archives["RealDOF.zip"] = realdof_zip()
-    case = _fixtures() / "w1_cell"  # the authors' checkpoint format at reduced size, and its network options
+    case = fixture_dir() / "w1_cell"  # the authors' checkpoint format at reduced size, and its network options
     state = regenerate_state_dict(json.loads((case / "weights.json").read_text()))
     blob = tmp_path / "ckpt.pth"
     torch.save({"params": state, "params_ema": state}, blob)

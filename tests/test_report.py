@@ -74,7 +74,7 @@ def test_paper_values_cover_every_catalogue_table():
 def test_tables_average_only_their_own_levels():
     """A method evaluated on extra levels (unseen defocus planes) keeps its table value and its GG
     comparison on the table's levels: the demo once showed the 6-level mean in a 3-level table."""
-    from dgno.report.operators import gain_verdict
+    from dgno.report.operators_section import gain_verdict
     from dgno.report.render import metric_table
 
     rows = [

@@ -10,22 +10,13 @@ import scipy.signal
 import torch
 import torch.nn.functional as F
 
-from dgno.optics import ring
-from dgno.optics.ring import (
-    PSF_UPSAMPLE,
-    RingBlur,
-    band_limits,
-    cosine_series,
-    cosine_table,
-    interpolation_taps,
-    pixel_psfs,
-    polar_grid,
-    psf_reach,
-    radial_psfs,
-    ring_spectra,
-    superposition_blur,
-)
+from dgno.optics import polar, ring, superposition
+from dgno.optics import ring_spectra as spectra
+from dgno.optics.polar import interpolation_taps, polar_grid
+from dgno.optics.ring import RingBlur
+from dgno.optics.ring_spectra import PSF_UPSAMPLE, band_limits, cosine_series, cosine_table, psf_reach, radial_psfs, ring_spectra
 from dgno.optics.seidel import SeidelCoefficients, seidel_psf
+from dgno.optics.superposition import pixel_psfs, superposition_blur
 
 COEFFS = SeidelCoefficients(W040=0.15, W131=0.15, W222=0.12, W220=0.08, W311=0.05, W020=0.1)
 FIELD_RADIUS = 32.0  # px for H = 1 on the 64-px test frames (corners at H ≈ 1.4)
@@ -116,11 +107,11 @@ def test_mass_is_conserved_away_from_the_border():
     assert abs(float(y.sum() / x.sum()) - 1) < 0.01
 
 
-@pytest.mark.parametrize("tap_block", [ring.TAP_BLOCK, 100])
+@pytest.mark.parametrize("tap_block", [polar.TAP_BLOCK, 100])
 def test_interpolation_taps_partition_unity(monkeypatch, tap_block):
     """Every pixel's taps sum to one (B keeps constants) and stay inside the polar grid; the padding of the
     last block of pixels has zero weights."""
-    monkeypatch.setattr(ring, "TAP_BLOCK", tap_block)
+    monkeypatch.setattr(polar, "TAP_BLOCK", tap_block)
     grid = polar_grid((21, 34))
     for interp in ("linear", "cubic"):
         idx, w = interpolation_taps(grid, interp=interp, dtype=torch.float64)
@@ -135,7 +126,7 @@ def test_blocks_of_taps_give_the_same_operator(monkeypatch):
     kw = dict(coeffs=COEFFS, image_shape=(17, 30), field_radius=12.0, dtype=torch.float64)
     x = torch.rand(2, 1, 17, 30, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     whole = RingBlur(**kw).A(x)
-    monkeypatch.setattr(ring, "TAP_BLOCK", 64)
+    monkeypatch.setattr(polar, "TAP_BLOCK", 64)
     ring.clear_caches()  # the taps of this geometry were cached with the default blocks
     op = RingBlur(**kw)
     assert op.taps_idx.shape[0] == math.ceil(17 * 30 / 64)
@@ -157,7 +148,7 @@ def test_row_windows_cover_every_polar_point_inside_the_psf_square(reach):
     j = torch.arange(half + 1)
     inside = ((r[..., None] * torch.cos(phi) - src[..., None]).abs() < reach) & (r[..., None] * torch.sin(phi) < reach)
     needed = torch.where(inside, j + 1, 0).amax(-1)  # 1 + last angle index inside, 0 if none
-    got = torch.from_numpy(ring._row_lengths(src.numpy(), r.numpy(), reach, half, n_phi))
+    got = torch.from_numpy(spectra._row_lengths(src.numpy(), r.numpy(), reach, half, n_phi))
     assert (got >= needed).all()
     assert float((got - needed).double().mean()) < 0.5
 
@@ -239,13 +230,13 @@ def reference_spectra(op: RingBlur, radii: torch.Tensor, rows: tuple[int, int]) 
     return torch.fft.rfft(samples, dim=-1).real.transpose(0, 1)
 
 
-@pytest.mark.parametrize("block_values", [ring.BLOCK_VALUES, 2**10])
+@pytest.mark.parametrize("block_values", [spectra.BLOCK_VALUES, 2**10])
 @pytest.mark.parametrize("radial_step", [1.0, 0.5])
 def test_ring_spectra_match_sampling_every_angle(monkeypatch, block_values, radial_step):
     """The windowed, symmetric, blocked spectra equal the FFT of the PSFs sampled at every polar point, and
     that reference is zero outside the band (so the windows lose nothing); also for a chunk of radii not
     starting at 0 and for one-radius blocks."""
-    monkeypatch.setattr(ring, "BLOCK_VALUES", block_values)
+    monkeypatch.setattr(spectra, "BLOCK_VALUES", block_values)
     op = RingBlur(coeffs=COEFFS, image_shape=(40, 52), field_radius=26.0, radial_step=radial_step, dtype=torch.float64)
     lo, hi = op.band
     assert op.band == band_limits(psf_reach(PSF_UPSAMPLE * op.psf_size - 1), radial_step)
@@ -274,9 +265,9 @@ def test_kernel_weights_are_keys_cubic_and_linear():
         s = s.abs()
         return torch.where(s <= 1, 1.5 * s**3 - 2.5 * s**2 + 1, -0.5 * s**3 + 2.5 * s**2 - 4 * s + 2)
 
-    offsets, w = ring._kernel_weights(a, "cubic")
+    offsets, w = polar._kernel_weights(a, "cubic")
     assert torch.allclose(w, torch.stack([keys(a - o) for o in offsets]), atol=1e-14)
-    offsets, w = ring._kernel_weights(a, "linear")
+    offsets, w = polar._kernel_weights(a, "linear")
     assert torch.allclose(w, torch.stack([1 - (a - o).abs() for o in offsets]), atol=1e-14)
 
 
@@ -311,5 +302,5 @@ def test_streamed_seidel_superposition_equals_the_stored_psf_reference():
     superposition_blur over all stored per-pixel PSFs, for a batch and an off-centre-friendly odd shape."""
     x = torch.rand(2, 21, 26, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
     ref = superposition_blur(x, pixel_psfs((21, 26), COEFFS, field_radius=13.0, psf_size=15))
-    out = ring.seidel_superposition(x, COEFFS, field_radius=13.0, psf_size=15, rows_per_chunk=4)
+    out = superposition.seidel_superposition(x, COEFFS, field_radius=13.0, psf_size=15, rows_per_chunk=4)
     assert torch.allclose(out, ref, atol=1e-13)

@@ -226,7 +226,7 @@ def test_rdmpy_conversion_round_trips_and_only_flips_odd_terms():
 def test_config_coefficients_in_either_convention():
     """The seidel block of a config: a mapping (this package's convention, missing terms from the
     reference), or rdmpy's six numbers / mapping with convention rdmpy (odd terms flipped, nothing mixed in)."""
-    from dgno.optics.nonblind import REFERENCE_COEFFS, true_coefficients
+    from dgno.experiments.nonblind_settings import REFERENCE_COEFFS, true_coefficients
 
     assert true_coefficients({}) == REFERENCE_COEFFS
     assert true_coefficients({"coeffs": {"W131": 0.2}}).W131 == 0.2 and true_coefficients({"coeffs": {"W131": 0.2}}).W040 == REFERENCE_COEFFS.W040

@@ -12,7 +12,7 @@ import pytest
 from conftest import write_tiny_dataset
 
 from dgno.data.paired import CropSampler, Pair, load_pairs, read_split
-from dgno.evaluate import score_dataset
+from dgno.inference.evaluate import score_dataset
 from dgno.io import InputError, read_image
 
 LEVELS = ["a", "b"]

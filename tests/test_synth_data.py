@@ -79,15 +79,6 @@ def test_shapes_contain_bright_structures_on_dark_background():
     assert img.max() >= 0.4 and (img >= 0.4).mean() > 0.02
 
 
-def test_defocus_sigma_range_grows_with_dz():
-    ranges = [synth.defocus_sigma_range(dz) for dz in (0, 3, 6, 10, 14)]
-    assert ranges[0] == (0.0, 0.0)
-    for (lo1, hi1), (lo2, hi2) in zip(ranges, ranges[1:]):
-        assert lo2 > lo1 and hi2 > hi1
-    with pytest.raises(ValueError, match="dz"):
-        synth.defocus_sigma_range(-1)
-
-
 # ----------------------------------------------------------------------------- photometry
 
 

@@ -10,17 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from dgno.checkpoint import load_trained, save_checkpoint
 from dgno.io import InputError
-from dgno.train import (
-    Interrupted,
-    ModelChoice,
-    TrainConfig,
-    load_trained,
-    lr_at,
-    restoration_loss,
-    save_checkpoint,
-    train,
-)
+from dgno.train import Interrupted, ModelChoice, TrainConfig, train
+from dgno.train.losses import restoration_loss
+from dgno.train.schedule import lr_at
 
 SMALL = dict(iterations=8, batch_size=2, patch_size=32, val_every=4, log_every=2, checkpoint_every=4, val_crops=2, device="cpu")
 
@@ -56,7 +50,7 @@ def _final_weights(out_dir):
 
 def test_resume_is_exact(tiny_dataset, tmp_path, monkeypatch):
     """N iterations straight == stopped by SIGTERM after N/2, then resumed for the rest (bit-exact)."""
-    import dgno.train as train_mod
+    import dgno.train.loop as train_mod
 
     choice = ModelChoice(name="dgno-cell", scale="smoke")
     train(tiny_dataset, tmp_path / "straight", model_choice=choice, levels=["a"], cfg=_cfg(), progress=False)
@@ -232,7 +226,7 @@ def test_prefetched_batches_equal_synchronous_ones_and_state_follows_consumption
     last batch handed out (not the producer's, which runs ahead), so a checkpoint resumes exactly."""
     import time
 
-    from dgno.train import BatchStream
+    from dgno.train.batches import BatchStream
 
     sync = BatchStream(_sampler(tiny_dataset), depth=0)
     expected = [sync.next() for _ in range(6)]
@@ -259,7 +253,7 @@ def test_prefetched_batches_equal_synchronous_ones_and_state_follows_consumption
 
 
 def test_prefetch_producer_error_is_raised_in_the_training_thread(tiny_dataset):
-    from dgno.train import BatchStream
+    from dgno.train.batches import BatchStream
 
     sampler = _sampler(tiny_dataset)
 
@@ -310,7 +304,7 @@ def test_loss_is_the_authors_form():
     """Σ scales L1 + 0.1 · mean ½(|ΔRe|+|ΔIm|) of fft2, with bilinear (no antialias) 1/2 and 1/4 targets."""
     import torch.nn.functional as F
 
-    from dgno.train import fft_l1, multiscale_targets
+    from dgno.train.losses import fft_l1, multiscale_targets
 
     g = torch.Generator().manual_seed(0)
     gt = torch.rand(2, 1, 32, 32, generator=g)
@@ -334,7 +328,8 @@ def test_authors_lr_periods_hold_exactly_20k_of_60k():
 
 
 def test_progressive_stages_cut_batches_reproducibly():
-    from dgno.train import cut_batch, progressive_stage
+    from dgno.train.batches import cut_batch
+    from dgno.train.schedule import progressive_stage
 
     stages = [{"iterations": 3, "patch_size": 16, "batch_size": 4}, {"iterations": 2, "patch_size": 24, "batch_size": 2}]
     cfg = _cfg(batch_size=4, patch_size=32, progressive=stages)

@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from dgno.train import load_trained, weights_digest
+from dgno.checkpoint import load_trained, weights_digest
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = Path(sys.executable).with_name("torchrun")

@@ -14,9 +14,9 @@ import torch
 import yaml
 from conftest import ROOT, snakemake
 
-from dgno import launch
+from dgno.checkpoint import load_trained, weights_digest
 from dgno.io import InputError
-from dgno.train import load_trained, weights_digest
+from dgno.train import launch
 
 TARGET = "results/train/nuclei/gg/model.pt"
 
@@ -51,7 +51,7 @@ def test_paper_recipe_on_four_gpus_is_the_authors_eight_crops_per_gpu():
 def test_torchrun_command_uses_this_interpreter():
     argv = launch.torchrun_argv(4, "{}")
     assert argv[:6] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4", "-m"]
-    assert argv[6:] == ["dgno.launch", "{}"]
+    assert argv[6:] == ["dgno.train", "{}"]
 
 
 @pytest.mark.skipif(

@@ -205,19 +205,22 @@ def read_json(path: str | Path) -> Any:
         raise _fail(path, f"not valid JSON ({exc})", "delete it and re-run the rule that produces it") from exc
 
 
-def write_tiff(path: str | Path, image: np.ndarray, *, compress: bool = False) -> None:
+def write_tiff(path: str | Path, image: np.ndarray, *, compress: bool = False, plain: bool = False) -> None:
     """Write a TIFF atomically (tifffile), keeping the array's dtype.
 
     compress: lossless zlib with the predictor for the dtype (floating-point for float32), so the
     values read back are bit-identical; about a fifth smaller for restored float32 images.
+    plain: one grey (MINISBLACK) image and no tifffile metadata, so equal arrays give equal bytes
+    (the generated datasets are compared file by file).
     """
     import tifffile
 
+    options = {"photometric": "minisblack", "metadata": None} if plain else {}
     with atomic_path(path) as tmp:
         if compress:
-            tifffile.imwrite(tmp, image, compression="zlib", predictor=True)
+            tifffile.imwrite(tmp, image, compression="zlib", predictor=True, **options)
         else:
-            tifffile.imwrite(tmp, image)
+            tifffile.imwrite(tmp, image, **options)
 
 
 def write_csv(path: str | Path, frame: Any) -> None:

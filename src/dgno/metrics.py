@@ -87,7 +87,7 @@ def lpips(pred: np.ndarray, gt: np.ndarray) -> tuple[float | None, str]:
     See :mod:`dgno.lpips_offline` for the offline weight policy. Both sides must be at least 32 px.
     Imported lazily so the other metrics do not pay for torchvision's import.
     """
-    from dgno.lpips_offline import lpips_distance
+    from dgno.lpips_offline import lpips_distance  # torch: the other metrics run without it (the report's environment)
 
     p, g = _pair(pred, gt)
     return lpips_distance(p.astype(np.float32), g.astype(np.float32))

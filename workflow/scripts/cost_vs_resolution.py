@@ -10,9 +10,9 @@ _log.redirect(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
 
 from dgno.analysis.cost import cost_table  # noqa: E402
+from dgno.checkpoint import pick_device  # noqa: E402
 from dgno.io import write_csv  # noqa: E402
 from dgno.report.figures import cost_vs_resolution  # noqa: E402
-from dgno.train import pick_device  # noqa: E402
 
 methods = {m: sm.params.methods[m] for m in sm.params.labels}  # config order (params.methods is key-sorted)
 frame = cost_table(methods, sizes=sm.params.sizes, scale=sm.params.scale, device=str(pick_device(sm.params.device)))

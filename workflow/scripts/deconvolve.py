@@ -11,9 +11,9 @@ import _log  # noqa: E402
 _log.redirect(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
 
-from dgno.evaluate import score_dataset  # noqa: E402
-from dgno.optics.nonblind import deconvolve_dataset  # noqa: E402
-from dgno.train import pick_device  # noqa: E402
+from dgno.checkpoint import pick_device  # noqa: E402
+from dgno.experiments.nonblind import deconvolve_dataset  # noqa: E402
+from dgno.inference.evaluate import score_dataset  # noqa: E402
 
 data_dir = Path(sm.input.split).parent
 out_dir = Path(sm.output.summary).parent

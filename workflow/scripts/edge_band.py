@@ -11,7 +11,7 @@ sm = snakemake  # noqa: F821
 
 import pandas as pd  # noqa: E402
 
-from dgno.edge_band import edge_band_table  # noqa: E402
+from dgno.experiments.edge_band import edge_band_table  # noqa: E402
 from dgno.io import write_csv  # noqa: E402
 from dgno.report.figures import measured_vs_paper_bars  # noqa: E402
 

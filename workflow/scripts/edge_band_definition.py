@@ -18,6 +18,6 @@ text = (
     f"Edge band: Canny edges of the sharp image (scikit-image, Gaussian sigma {defaults['canny_sigma']} px, hysteresis "
     f"thresholds {defaults['low_threshold']}/{defaults['high_threshold']} on [0, 1] intensities), dilated to every pixel within "
     f"{sm.params.band_width_px} px (Euclidean) of an edge pixel; interior = all other pixels. PSNR pooled over all test images "
-    "(squared errors summed over the region's pixels, then converted). Code: dgno.metrics.edge_band_mask, dgno.edge_band."
+    "(squared errors summed over the region's pixels, then converted). Code: dgno.metrics.edge_band_mask, dgno.experiments.edge_band."
 )
 Path(sm.output[0]).write_text(text + "\n")

@@ -10,9 +10,9 @@ _log.redirect(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
 
 from dgno.analysis.rank import dataset_rank_table  # noqa: E402
+from dgno.checkpoint import pick_device  # noqa: E402
 from dgno.io import write_csv  # noqa: E402
 from dgno.report.figures import effective_rank_bars  # noqa: E402
-from dgno.train import pick_device  # noqa: E402
 
 dataset = sm.wildcards.dataset
 frame = dataset_rank_table(

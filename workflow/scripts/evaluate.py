@@ -1,4 +1,4 @@
-"""Rules `evaluate` and `evaluate_input`: score restored test images (all logic in dgno.evaluate)."""
+"""Rules `evaluate` and `evaluate_input`: score restored test images (all logic in dgno.inference.evaluate)."""
 
 import sys
 from pathlib import Path
@@ -8,7 +8,7 @@ import _log  # noqa: E402
 
 _log.redirect(snakemake.log[0])  # noqa: F821
 
-from dgno.evaluate import evaluate_checkpoint, identity_restorer, score_dataset  # noqa: E402
+from dgno.inference.evaluate import evaluate_checkpoint, identity_restorer, score_dataset  # noqa: E402
 
 sm = snakemake  # noqa: F821
 ev = sm.params.evaluate

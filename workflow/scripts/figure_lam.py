@@ -10,9 +10,9 @@ _log.redirect(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
 
 from dgno.analysis.lam import dataset_lam  # noqa: E402
+from dgno.checkpoint import pick_device  # noqa: E402
 from dgno.io import write_csv  # noqa: E402
 from dgno.report.figures import lam_maps  # noqa: E402
-from dgno.train import pick_device  # noqa: E402
 
 dataset = sm.wildcards.dataset
 lam = sm.params.lam

@@ -10,9 +10,9 @@ _log.redirect(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
 
 from dgno.analysis.operators import dataset_operator_views  # noqa: E402
+from dgno.checkpoint import pick_device  # noqa: E402
 from dgno.io import write_csv  # noqa: E402
 from dgno.report.figures import operator_maps  # noqa: E402
-from dgno.train import pick_device  # noqa: E402
 
 dataset = sm.wildcards.dataset
 # DG variants first: they are the subject of the figure; GG/LG rows are the contrast

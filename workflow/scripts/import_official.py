@@ -9,6 +9,6 @@ import _log  # noqa: E402
 _log.redirect(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
 
-from dgno.models.official import import_official  # noqa: E402
+from dgno.checkpoint import import_official  # noqa: E402
 
 import_official(sm.input.checkpoint, sm.params.options, sm.output.model, weights="params")

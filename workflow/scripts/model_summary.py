@@ -11,8 +11,8 @@ sm = snakemake  # noqa: F821
 
 import pandas as pd  # noqa: E402
 
+from dgno.analysis.cost import summarize  # noqa: E402
 from dgno.io import write_csv  # noqa: E402
-from dgno.summary import summarize  # noqa: E402
 
 rows = []
 for method, spec in sm.params.methods.items():

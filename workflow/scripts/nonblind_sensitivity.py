@@ -1,5 +1,5 @@
 """Rule `nonblind_sensitivity`: PSNR of blurred / Wiener / Richardson-Lucy / ring / the trained blind
-networks against the camera's read-noise sigma (dgno.optics.nonblind.sensitivity)."""
+networks against the camera's read-noise sigma (dgno.experiments.nonblind.sensitivity)."""
 
 import sys
 from pathlib import Path
@@ -10,9 +10,10 @@ import _log  # noqa: E402
 _log.redirect(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
 
-from dgno.evaluate import model_restorer  # noqa: E402
-from dgno.optics.nonblind import noise_settings, sensitivity  # noqa: E402
-from dgno.train import load_trained, pick_device  # noqa: E402
+from dgno.checkpoint import load_trained, pick_device  # noqa: E402
+from dgno.experiments.nonblind import sensitivity  # noqa: E402
+from dgno.experiments.nonblind_settings import noise_settings  # noqa: E402
+from dgno.inference.evaluate import model_restorer  # noqa: E402
 
 dev = pick_device(sm.params.device)
 ev = sm.params.evaluate

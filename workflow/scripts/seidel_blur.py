@@ -10,8 +10,8 @@ import _log  # noqa: E402
 _log.redirect(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
 
-from dgno.optics.nonblind import blur_dataset  # noqa: E402
-from dgno.train import pick_device  # noqa: E402
+from dgno.checkpoint import pick_device  # noqa: E402
+from dgno.experiments.nonblind_data import blur_dataset  # noqa: E402
 
 blur_dataset(
     Path(sm.input.split).parent,

@@ -1,4 +1,4 @@
-"""Rule `seidel_calibration`: fit Seidel coefficients to noisy synthetic bead frames (dgno.optics.nonblind)."""
+"""Rule `seidel_calibration`: fit Seidel coefficients to noisy synthetic bead frames (dgno.experiments.nonblind)."""
 
 import sys
 from pathlib import Path
@@ -9,7 +9,8 @@ import _log  # noqa: E402
 _log.redirect(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
 
-from dgno.optics.nonblind import calibrate, noise_settings, true_coefficients  # noqa: E402
+from dgno.experiments.nonblind_data import calibrate  # noqa: E402
+from dgno.experiments.nonblind_settings import noise_settings, true_coefficients  # noqa: E402
 
 seidel = sm.params.seidel
 result = calibrate(

@@ -9,7 +9,7 @@ import _log  # noqa: E402
 _log.redirect(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
 
-from dgno.downstream import run_downstream  # noqa: E402
+from dgno.experiments.stardist import run_downstream  # noqa: E402
 from dgno.io import read_json  # noqa: E402
 
 spec = sm.params.spec

@@ -1,4 +1,4 @@
-"""Rule `train`: one model on one dataset, in this process or under torchrun (logic in dgno.train, dgno.launch)."""
+"""Rule `train`: one model on one dataset, in this process or under torchrun (logic in dgno.train, dgno.train.launch)."""
 
 import sys
 from pathlib import Path
@@ -8,9 +8,7 @@ import _log  # noqa: E402
 
 _log.redirect(snakemake.log[0])  # noqa: F821
 
-from dgno import launch  # noqa: E402
-from dgno.cli import INTERRUPTED_EXIT  # noqa: E402
-from dgno.train import Interrupted, ModelChoice, TrainConfig, train  # noqa: E402
+from dgno.train import INTERRUPTED_EXIT, Interrupted, ModelChoice, TrainConfig, launch, train  # noqa: E402
 
 sm = snakemake  # noqa: F821
 method = sm.params.method

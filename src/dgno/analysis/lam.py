@@ -30,6 +30,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from dgno.checkpoint import load_trained, pick_device
+from dgno.data.paired import from_tensor_image, load_pairs, read_split, to_tensor_image
+from dgno.io import InputError, read_image
+from dgno.metrics import psnr
+from dgno.models.outputs import as_outputs
+
 
 def gaussian_blur(x: Tensor, sigma: float) -> Tensor:
     """Separable Gaussian blur of (B, C, H, W) with reflected borders; σ ≤ 0 returns x.
@@ -204,11 +210,6 @@ def lam_views(
     """LAM, DI, r₅₀ and the restored image of every checkpoint ({name: model.pt}) on one image (H, W[, C]) in [0, 1].
 
     window: (y0, x0, size) of the output window in this image.  sharp: the ground truth, for the PSNR."""
-    from dgno.data.paired import from_tensor_image, to_tensor_image
-    from dgno.io import InputError
-    from dgno.metrics import psnr
-    from dgno.train import as_outputs, load_trained
-
     x = to_tensor_image(blurred).to(device)
     views = []
     for name, path in checkpoints.items():
@@ -266,8 +267,6 @@ def dataset_lam(
     method is asked about the same structure; `crop` limits the analysed region to a square about it.
     Returns the figure views and a table (method, label, image, level, window, di, r50_px, psnr, ...).
     """
-    from dgno.data.paired import load_pairs, read_split
-
     ids = read_split(data_dir).get("test", [])
     if not ids:
         raise ValueError(f"{data_dir}: no test images for the local attribution maps")
@@ -297,10 +296,10 @@ def image_lam(
     """LAM of every checkpoint ({label: model.pt}) on a user's blurred image file (no ground truth).
 
     window: (y0, x0, size) in the image; default the window_size-px window with the most edges in the
-    image itself (there is no sharp image to choose by).  Errors about the image name the file and the fix.
+    image itself (there is no sharp image to choose by).  device: "auto", "cpu" or "cuda".  Errors about the
+    image name the file and the fix.
     """
-    from dgno.io import InputError, read_image
-
+    device = str(pick_device(device))
     img = read_image(path)
     try:
         win = window if window is not None else edge_window(img, window_size)

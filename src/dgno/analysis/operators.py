@@ -29,7 +29,6 @@ queries themselves, not from the assembly.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,43 +36,32 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from dgno.analysis.rank import crop_to_image, operator_layers
+from dgno.analysis.rank import capture_layers, operator_layers
+from dgno.checkpoint import load_trained
+from dgno.data.paired import load_pairs, read_split, to_tensor_image
 
 # Per-pixel terms of an operator layer that the analysis keeps (``operator_terms`` also returns "output").
 TERMS: tuple[str, ...] = ("q", "volume", "flux")
 
 
-@contextmanager
+def _terms(module: nn.Module, inputs: tuple, _output: Tensor) -> dict[str, Tensor]:
+    """The layer's terms, recomputed from its input without gradients (nothing is stored on the layer)."""
+    with torch.no_grad():
+        return module.operator_terms(inputs[0])
+
+
 def capture_operator_terms(model: nn.Module, image_hw: tuple[int, int], *, scales: Sequence[str] | None = None):
     """Forward hooks that store each operator layer's terms (see module docstring), cropped to the image.
 
-    Yields {(scale, t): {"q" | "volume" | ["flux"] | "output": Tensor (B, C, ceil(H/stride), ceil(W/stride))}},
-    filled by the next forward pass; only the layers of ``scales`` (paper names s1, s2, s3; all when
-    None). The hooks recompute the terms from the layer's input without gradients (a second pass
-    through that layer, nothing stored on it) and are removed on exit even if the forward pass fails.
+    A context manager yielding {(scale, t): {"q" | "volume" | ["flux"] | "output": Tensor (B, C,
+    ceil(H/stride), ceil(W/stride))}}, filled by the next forward pass; only the layers of ``scales``
+    (paper names s1, s2, s3; all when None). The hooks (``dgno.analysis.rank.capture_layers``)
+    recompute the terms from the layer's input, a second pass through that layer.
     """
-    store: dict[tuple[str, int], dict[str, Tensor]] = {}
-    handles = []
-
-    def hook_for(key: tuple[str, int], stride: int):
-        def hook(module: nn.Module, inputs: tuple, _output: Tensor) -> None:
-            with torch.no_grad():
-                terms = module.operator_terms(inputs[0])
-            store[key] = {name: crop_to_image(t, image_hw, stride).detach() for name, t in terms.items()}
-
-        return hook
-
-    for key, (layer, stride) in operator_layers(model).items():
-        if scales is not None and key[0] not in scales:
-            continue
-        if not hasattr(layer, "operator_terms"):
+    for key, (layer, _stride) in operator_layers(model).items():
+        if (scales is None or key[0] in scales) and not hasattr(layer, "operator_terms"):
             raise ValueError(f"operator layer {type(layer).__name__} at {key} cannot split its update into terms")
-        handles.append(layer.register_forward_hook(hook_for(key, stride)))
-    try:
-        yield store
-    finally:
-        for handle in handles:
-            handle.remove()
+    return capture_layers(model, image_hw, _terms, scales=scales)
 
 
 def channel_norm(t: Tensor) -> np.ndarray:
@@ -286,9 +274,6 @@ def dataset_operator_views(
     method is shown on the same input; the statistics average the first ``stat_images`` test
     images (all when None) so the interface ratio is not an artefact of one field of view.
     """
-    from dgno.data.paired import load_pairs, read_split, to_tensor_image
-    from dgno.train import load_trained
-
     ids = read_split(data_dir).get("test", [])
     if stat_images is not None:
         ids = ids[:stat_images]

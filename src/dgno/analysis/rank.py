@@ -20,7 +20,7 @@ cropped back to the part of the padded grid that covers the real image.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -28,6 +28,9 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor, nn
+
+from dgno.checkpoint import load_trained
+from dgno.data.paired import load_pairs, read_split, to_tensor_image
 
 # (paper's scale name, DGNO attribute holding that scale's T operator layers, stride w.r.t. the input)
 OPERATOR_STAGES: tuple[tuple[str, str, int], ...] = (("s1", "ops4", 4), ("s2", "ops2", 2), ("s3", "ops1", 1))
@@ -91,28 +94,47 @@ def crop_to_image(t: Tensor, image_hw: tuple[int, int], stride: int) -> Tensor:
 
 
 @contextmanager
-def capture_latents(model: nn.Module, image_hw: tuple[int, int]):
-    """Forward hooks that store each operator layer's output z_{t+1} (cropped to the image).
+def capture_layers(
+    model: nn.Module,
+    image_hw: tuple[int, int],
+    read: Callable[[nn.Module, tuple, Tensor], Tensor | dict[str, Tensor]],
+    *,
+    scales: Sequence[str] | None = None,
+):
+    """Forward hooks on the operator layers that store ``read(layer, inputs, output)``, cropped to the image.
 
-    Yields a dict {(scale, t): Tensor (B, C, ceil(H/stride), ceil(W/stride))} filled by the next
-    forward pass; the hooks are removed on exit even if the forward pass fails.
+    Yields {(scale, t): Tensor or {name: Tensor}, each (B, C, ceil(H/stride), ceil(W/stride))}, filled by
+    the next forward pass; only the layers of ``scales`` (paper names s1, s2, s3; all when None). The
+    network's own forward pass is unchanged, so what is stored is what it computes; the hooks are
+    removed on exit even if the forward pass fails.
     """
-    store: dict[tuple[str, int], Tensor] = {}
+    store: dict[tuple[str, int], Tensor | dict[str, Tensor]] = {}
     handles = []
 
     def hook_for(key: tuple[str, int], stride: int):
-        def hook(_module: nn.Module, _inputs: tuple, output: Tensor) -> None:
-            store[key] = crop_to_image(output, image_hw, stride).detach()
+        def hook(module: nn.Module, inputs: tuple, output: Tensor) -> None:
+            value = read(module, inputs, output)
+            if isinstance(value, dict):
+                store[key] = {name: crop_to_image(t, image_hw, stride).detach() for name, t in value.items()}
+            else:
+                store[key] = crop_to_image(value, image_hw, stride).detach()
 
         return hook
 
     for key, (layer, stride) in operator_layers(model).items():
-        handles.append(layer.register_forward_hook(hook_for(key, stride)))
+        if scales is None or key[0] in scales:
+            handles.append(layer.register_forward_hook(hook_for(key, stride)))
     try:
         yield store
     finally:
         for handle in handles:
             handle.remove()
+
+
+def capture_latents(model: nn.Module, image_hw: tuple[int, int]):
+    """Forward hooks that store each operator layer's output z_{t+1} (cropped to the image): a context
+    manager yielding {(scale, t): Tensor (B, C, ceil(H/stride), ceil(W/stride))} (see :func:`capture_layers`)."""
+    return capture_layers(model, image_hw, lambda _module, _inputs, output: output)
 
 
 @dataclass(frozen=True)
@@ -173,9 +195,6 @@ def dataset_rank_table(
     checkpoints: {method: model.pt}. Every method sees the same images (the first
     ``max_images`` test ids, all when None), so their ranks are directly comparable.
     """
-    from dgno.data.paired import load_pairs, read_split, to_tensor_image
-    from dgno.train import load_trained
-
     ids = read_split(data_dir).get("test", [])
     if max_images is not None:
         ids = ids[:max_images]

@@ -90,20 +90,6 @@ def image_id(well: str, site: int) -> str:
     return f"{well}_s{site}"
 
 
-def parse_name(filename: str | Path) -> tuple[str, int, str]:
-    """(well, site, channel) of a BBBC006 image file name, well lower-case (``a01``), channel ``w1``/``w2``.
-
-    The UUID-like suffix after the channel differs between files and is ignored.
-    """
-    m = IMAGE_NAME_RE.match(Path(filename).name)
-    if m is None:
-        raise InputError(
-            f"{filename}: not a BBBC006 image name (expected {PREFIX}_<well>_s<site>_w<1|2><UUID>.tif). "
-            "Fix: keep the file names of the BBBC006_v1_images_z_NN.zip archives unchanged"
-        )
-    return m.group(1).lower(), int(m.group(2)), m.group(3).lower()
-
-
 def _check_plane(z: int) -> None:
     if not isinstance(z, (int, np.integer)) or not 0 <= int(z) < N_PLANES:
         raise ValueError(f"plane z={z!r}: BBBC006 has planes 0..{N_PLANES - 1}")

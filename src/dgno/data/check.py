@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from dgno.data import bbbc006
+from dgno.data import bbbc006, paired_sets
 from dgno.data.download import part_path
-from dgno.data.manual import Report, check_manual
 from dgno.data.paired import read_split
+from dgno.data.paired_sets import Report
 from dgno.io import InputError, read_json
 
 NAMES = ("bbbc006", "3dhistech", "dpdd", "realdof", "demo")
@@ -34,7 +34,7 @@ def data_check(name: str, root: str | Path | None = None, **kw) -> tuple[bool, s
     """Check dataset `name` under `root` (default :data:`DEFAULT_ROOTS`); return (ok, report text).
 
     Keyword arguments go to the dataset's check: bbbc006 → :func:`check_bbbc006` (planes, labels,
-    base_url, per_channel, n_labels); 3dhistech/dpdd/realdof → :func:`dgno.data.manual.check_manual`
+    base_url, per_channel, n_labels); 3dhistech/dpdd/realdof → :func:`dgno.data.paired_sets.check`
     (counts, n_sample); demo → :func:`check_demo` (datasets).
     """
     if name not in NAMES:
@@ -47,7 +47,7 @@ def data_check(name: str, root: str | Path | None = None, **kw) -> tuple[bool, s
     elif name == "bbbc006":
         report = check_bbbc006(root, **kw)
     else:
-        report = check_manual(name, root, **kw)
+        report = paired_sets.check(name, root, **kw)
     return report.ok, report.text()
 
 
@@ -82,6 +82,26 @@ def _archive_state(root: Path, archive: str) -> str:
     if part.is_file():
         return f"; interrupted download {part} ({part.stat().st_size} bytes) resumes when re-run"
     return ""
+
+
+def _bbbc006_steps(root: Path, todo: list[tuple[int | None, str, str, Path]], *, base_url: str, per_channel: int, n_labels: int) -> list[str]:
+    """How to get what ``check_bbbc006`` found missing: ``todo`` = (plane or None for the labels, archive, url, unpack folder)."""
+    fetch_planes = [z for z, *_ in todo if z is not None]
+    need_labels = any(z is None for z, *_ in todo)
+    base_arg = "" if base_url == bbbc006.BASE_URL else f", base_url='{base_url}'"
+    return [
+        "Download, verify and unpack what is missing (resumable, retried): "
+        f"`python -c \"from dgno.data.bbbc006 import fetch; fetch('{root}', planes={fetch_planes}, labels={need_labels}{base_arg})\"`",
+        "Or by hand, one archive at a time (curl -C - resumes; a plane's folder must hold only that plane):\n"
+        + "\n".join(
+            f"       curl -fL -C - --create-dirs -o {root / 'archives' / a} '{u}' && unzip -q -o {root / 'archives' / a} -d {d}"
+            for _, a, u, d in todo
+        ),
+        f"Files: {bbbc006.BASE_URL} (Broad Bioimage Benchmark Collection); each plane archive holds {per_channel} w1 + "
+        f"{per_channel} w2 images, the labels archive {n_labels} masks.",
+        f"Check again: `dgno data check bbbc006 --root {root}`; then prepare a channel with "
+        f"`python -c \"from dgno.data.bbbc006 import prepare_dataset; prepare_dataset('{root}', 'results/data/bbbc006_w1', channel='w1', seed=0)\"`.",
+    ]
 
 
 def check_bbbc006(
@@ -128,22 +148,7 @@ def check_bbbc006(
                 todo.append((None, archive, url, folder))
     report.ok = not report.missing and not report.problems
     if todo:
-        fetch_planes = [z for z, *_ in todo if z is not None]
-        need_labels = any(z is None for z, *_ in todo)
-        base_arg = "" if base_url == bbbc006.BASE_URL else f", base_url='{base_url}'"
-        report.steps = [
-            "Download, verify and unpack what is missing (resumable, retried): "
-            f"`python -c \"from dgno.data.bbbc006 import fetch; fetch('{root}', planes={fetch_planes}, labels={need_labels}{base_arg})\"`",
-            "Or by hand, one archive at a time (curl -C - resumes; a plane's folder must hold only that plane):\n"
-            + "\n".join(
-                f"       curl -fL -C - --create-dirs -o {root / 'archives' / a} '{u}' && unzip -q -o {root / 'archives' / a} -d {d}"
-                for _, a, u, d in todo
-            ),
-            f"Files: {bbbc006.BASE_URL} (Broad Bioimage Benchmark Collection); each plane archive holds {per_channel} w1 + "
-            f"{per_channel} w2 images, the labels archive {n_labels} masks.",
-            f"Check again: `dgno data check bbbc006 --root {root}`; then prepare a channel with "
-            f"`python -c \"from dgno.data.bbbc006 import prepare_dataset; prepare_dataset('{root}', 'results/data/bbbc006_w1', channel='w1', seed=0)\"`.",
-        ]
+        report.steps = _bbbc006_steps(root, todo, base_url=base_url, per_channel=per_channel, n_labels=n_labels)
     return report
 
 

@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 import dgno
 from dgno.data import synth
-from dgno.io import atomic_dir
+from dgno.io import atomic_dir, write_tiff
 from dgno.optics.sigma_blur import MAX_ERROR, TRUNCATE, random_sigma_map, sigma_blur
 
 Kind = Literal["nuclei", "shapes"]
@@ -82,11 +82,6 @@ def to_uint16_full_range(image: np.ndarray) -> np.ndarray:
     return np.round(t * 65535.0).astype(np.uint16)
 
 
-def _write_tif(path: Path, array: np.ndarray) -> None:
-    # No metadata and no timestamps: identical arrays give identical bytes.
-    tifffile.imwrite(path, array, photometric="minisblack", metadata=None)
-
-
 def _validate(kind: str, size, n_train: int, n_test: int, levels: dict, seed: int, correlation_length: float):
     if kind not in KINDS:
         raise ValueError(f"kind={kind!r}; allowed: {', '.join(map(repr, KINDS))}")
@@ -124,6 +119,17 @@ def _move_into(tmp: Path, out_dir: Path) -> None:
             shutil.rmtree(target)
         os.replace(entry, target)
     tmp.rmdir()
+
+
+def _write_nuclei_image(tmp: Path, ident: str, s: int, shape: tuple[int, int], *, n_nuclei: int, ranges) -> dict:
+    """gt (noisy, uint16 full range), labels and clean render of one nuclei image; returns its photometry."""
+    phot = synth.sample_photometry([s, _STREAM_PHOTOMETRY], ranges)
+    clean, labels = synth.render_nuclei(shape, n_nuclei=n_nuclei, seed=s, noise=False, photometry=phot)
+    gt = synth.add_camera_noise(clean, seed=[s, _STREAM_GT_NOISE], photometry=phot)
+    write_tiff(tmp / "gt" / f"{ident}.tif", to_uint16_full_range(gt), plain=True)
+    write_tiff(tmp / "labels" / f"{ident}.tif", labels, plain=True)
+    write_tiff(tmp / "clean" / f"{ident}.tif", clean, plain=True)
+    return phot.to_dict()
 
 
 def write_sharp_dataset(
@@ -164,15 +170,9 @@ def write_sharp_dataset(
         for split, index, ident in tqdm(items, desc=f"sharp {kind} → {out_dir.name}", disable=not progress):
             s = image_seed(seed, split, index)
             if kind == "nuclei":
-                phot = synth.sample_photometry([s, _STREAM_PHOTOMETRY], ranges)
-                per_image[ident] = phot.to_dict()
-                clean, labels = synth.render_nuclei((h, w), n_nuclei=n_nuclei, seed=s, noise=False, photometry=phot)
-                gt = synth.add_camera_noise(clean, seed=[s, _STREAM_GT_NOISE], photometry=phot)
-                _write_tif(tmp / "gt" / f"{ident}.tif", to_uint16_full_range(gt))
-                _write_tif(tmp / "labels" / f"{ident}.tif", labels)
-                _write_tif(tmp / "clean" / f"{ident}.tif", clean)
+                per_image[ident] = _write_nuclei_image(tmp, ident, s, (h, w), n_nuclei=n_nuclei, ranges=ranges)
             else:
-                _write_tif(tmp / "gt" / f"{ident}.tif", synth.render_shapes((h, w), seed=s))
+                write_tiff(tmp / "gt" / f"{ident}.tif", synth.render_shapes((h, w), seed=s), plain=True)
         with (tmp / "split.csv").open("w", newline="") as fh:
             fh.write("id,split\n" + "".join(f"{ident},{split}\n" for split, _, ident in items))
         manifest = _manifest(kind, (h, w), n_train, n_test, {}, seed, None, n_nuclei)
@@ -210,8 +210,8 @@ def write_sigma_level(
     with atomic_dir(data_dir / "blur" / level) as blur_dir, atomic_dir(data_dir / "sigma" / level) as sigma_dir:
         for ident in tqdm(idents, desc=f"blur {data_dir.name}/{level}", disable=not progress):
             sigma, blurred = blur_one(ident)
-            _write_tif(blur_dir / f"{ident}.tif", blurred)
-            _write_tif(sigma_dir / f"{ident}.tif", sigma)
+            write_tiff(blur_dir / f"{ident}.tif", blurred, plain=True)
+            write_tiff(sigma_dir / f"{ident}.tif", sigma, plain=True)
         (sigma_dir / "level.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
 
 
@@ -295,6 +295,7 @@ def write_demo_dataset(
 
 
 def _blur_description() -> dict:
+    """How the blur levels are made: written into the manifest and into every level's level.json."""
     return {
         "blur": {
             "function": "dgno.optics.sigma_blur.sigma_blur",
@@ -329,14 +330,7 @@ def _manifest(kind, size, n_train, n_test, levels, seed, correlation_length, n_n
             "hits lo and hi exactly",
             "seed": f"SeedSequence([image_seed, {_STREAM_SIGMA}, crc32(level name)]).generate_state(1)[0]",
         },
-        "blur": {
-            "function": "dgno.optics.sigma_blur.sigma_blur",
-            "model": "gather form: out(x) = sum_y G_sigma(x)(x-y) img(y) / sum_y G_sigma(x)(x-y)",
-            "boundary": "reflect (half-sample symmetric, scipy mode='reflect')",
-            "truncate": TRUNCATE,
-            "max_abs_error_vs_reference": MAX_ERROR,
-            "applied_to": "clean sharp image",
-        },
+        **_blur_description(),
         "versions": {
             "dgno": dgno.__version__,
             "numpy": np.__version__,
@@ -344,39 +338,42 @@ def _manifest(kind, size, n_train, n_test, levels, seed, correlation_length, n_n
             "tifffile": tifffile.__version__,
         },
     }
-    if kind == "nuclei":
-        common.update(
-            {
-                "dtype": "uint16",
-                "normalise": "minmax",
-                "intensity_encoding": "per image: round(65535 * (x - min x) / (max x - min x))",
-                "labels": "labels/<id>.tif, uint16 instance ids (0 = background)",
-                "render": {
-                    "function": "dgno.data.synth.render_nuclei",
-                    "n_nuclei": n_nuclei,
-                    "area_per_nucleus_px2": NUCLEI_AREA_PER_NUCLEUS,
-                    "radius_range": list(synth.NUCLEUS_RADIUS_RANGE),
-                    "aspect_range": list(synth.NUCLEUS_ASPECT_RANGE),
-                    "brightness_range": list(synth.NUCLEUS_BRIGHTNESS_RANGE),
-                    "edge_width": synth.EDGE_WIDTH,
-                    "scene": "s * illumination * (background + haze + nuclei), s <= 1 only where it would saturate",
-                },
-                "noise": {
-                    "model": "clip((Poisson(photons * x) + N(0, read_noise^2)) / photons + offset, 0, 1); "
-                    "photons, read_noise (electrons), offset per image: photometry.images",
-                    "gt": f"noise on the clean render, seed [image_seed, {_STREAM_GT_NOISE}]",
-                    "blur": f"fresh noise after the blur, seed [image_seed, {_STREAM_BLUR_NOISE}, crc32(level name)]",
-                },
-            }
-        )
-    else:
-        common.update(
-            {
-                "dtype": "float32",
-                "normalise": "dtype",
-                "intensity_encoding": "float32 in [0, 1], stored as rendered",
-                "render": {"function": "dgno.data.synth.render_shapes"},
-                "noise": None,
-            }
-        )
+    common.update(_nuclei_description(n_nuclei) if kind == "nuclei" else _shapes_description())
     return common
+
+
+def _nuclei_description(n_nuclei: int) -> dict:
+    """The manifest's description of nuclei images: encoding, labels, rendering and camera noise."""
+    return {
+        "dtype": "uint16",
+        "normalise": "minmax",
+        "intensity_encoding": "per image: round(65535 * (x - min x) / (max x - min x))",
+        "labels": "labels/<id>.tif, uint16 instance ids (0 = background)",
+        "render": {
+            "function": "dgno.data.synth.render_nuclei",
+            "n_nuclei": n_nuclei,
+            "area_per_nucleus_px2": NUCLEI_AREA_PER_NUCLEUS,
+            "radius_range": list(synth.NUCLEUS_RADIUS_RANGE),
+            "aspect_range": list(synth.NUCLEUS_ASPECT_RANGE),
+            "brightness_range": list(synth.NUCLEUS_BRIGHTNESS_RANGE),
+            "edge_width": synth.EDGE_WIDTH,
+            "scene": "s * illumination * (background + haze + nuclei), s <= 1 only where it would saturate",
+        },
+        "noise": {
+            "model": "clip((Poisson(photons * x) + N(0, read_noise^2)) / photons + offset, 0, 1); "
+            "photons, read_noise (electrons), offset per image: photometry.images",
+            "gt": f"noise on the clean render, seed [image_seed, {_STREAM_GT_NOISE}]",
+            "blur": f"fresh noise after the blur, seed [image_seed, {_STREAM_BLUR_NOISE}, crc32(level name)]",
+        },
+    }
+
+
+def _shapes_description() -> dict:
+    """The manifest's description of the noise-free shape images."""
+    return {
+        "dtype": "float32",
+        "normalise": "dtype",
+        "intensity_encoding": "float32 in [0, 1], stored as rendered",
+        "render": {"function": "dgno.data.synth.render_shapes"},
+        "noise": None,
+    }

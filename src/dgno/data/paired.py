@@ -212,7 +212,7 @@ class CropSampler:
             k = int(self.rng.integers(8)) if self.augment else 0
             for src, dst in ((pair.blur, blurs), (pair.gt, gts)):  # decoded now if not in the cache
                 crop = dihedral(src[y : y + self.patch, x : x + self.patch], k)
-                dst.append(_channels_first(crop))
+                dst.append(channels_first(crop))
         return np.stack(blurs), np.stack(gts)
 
     def state(self) -> dict:
@@ -222,17 +222,22 @@ class CropSampler:
         self.rng.bit_generator.state = state
 
 
-def _channels_first(img: np.ndarray) -> np.ndarray:
+def channels_first(img: np.ndarray) -> np.ndarray:
     """(H, W) → (1, H, W); (H, W, C) → (C, H, W); contiguous float32."""
     arr = img[None] if img.ndim == 2 else np.moveaxis(img, -1, 0)
     return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def channels_last(arr: np.ndarray, ndim: int) -> np.ndarray:
+    """Inverse of :func:`channels_first` for an image that had ``ndim`` dimensions: (1, H, W) → (H, W), (C, H, W) → (H, W, C)."""
+    return arr[0] if ndim == 2 else np.moveaxis(arr, 0, -1)
 
 
 def to_tensor_image(img: np.ndarray):
     """(H, W[, C]) numpy → (1, C, H, W) torch tensor."""
     import torch
 
-    arr = _channels_first(img)
+    arr = channels_first(img)
     if not arr.flags.writeable:  # a cached image (shared, read-only): torch wants its own copy
         arr = arr.copy()
     return torch.from_numpy(arr)[None]

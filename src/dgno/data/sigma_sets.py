@@ -23,14 +23,10 @@ from tqdm import tqdm
 
 from dgno.data.demo import write_sigma_level
 from dgno.data.paired import dataset_normalisation, read_split
-from dgno.io import atomic_dir, read_image
+from dgno.io import atomic_dir, read_image, write_tiff
 from dgno.optics.sigma_blur import random_sigma_map, sigma_blur
 
 KIND = "sigma_map"
-
-
-def _write_tif(path: Path, array: np.ndarray) -> None:
-    tifffile.imwrite(path, np.asarray(array, dtype=np.float32), photometric="minisblack", metadata=None)
 
 
 def _image_seed(seed: int, image_id: str, level: str) -> int:
@@ -47,7 +43,7 @@ def copy_sharp(base_dir: str | Path, out_dir: str | Path, *, seed: int, progress
     ids = [i for ids in split.values() for i in ids]
     with atomic_dir(out_dir / "gt") as tmp:
         for image_id in tqdm(ids, desc=f"sharp {out_dir.name}", disable=not progress):
-            _write_tif(tmp / f"{image_id}.tif", read_image(base_dir / "gt" / f"{image_id}.tif", normalise=norm))
+            write_tiff(tmp / f"{image_id}.tif", np.asarray(read_image(base_dir / "gt" / f"{image_id}.tif", normalise=norm), dtype=np.float32), plain=True)
     shutil.copyfile(base_dir / "split.csv", out_dir / "split.csv")
     manifest = {"kind": KIND, "base": base_dir.name, "base_normalise": norm, "normalise": "dtype", "seed": seed, "n_images": len(ids)}
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")

@@ -29,6 +29,8 @@ import numpy as np
 from scipy import ndimage
 from skimage.draw import line_aa
 
+from dgno.optics.noise import camera_noise
+
 # Nuclei geometry and photometry (pixels, [0, 1] intensities). Radii are those of BBBC006 U2OS nuclei
 # at 20× (about 15–25 px across); the demo keeps that pixel scale so sigma values mean the same blur.
 NUCLEUS_RADIUS_RANGE = (7.0, 12.0)  # mean semi-axis
@@ -133,13 +135,12 @@ def add_camera_noise(image: np.ndarray, *, seed: Seed, photometry: Photometry) -
 
     Shot noise grows with brightness (variance x / photons), which is what distinguishes fluorescence
     from additive-noise models; the read noise (electrons) matters most at low photon counts; the offset
-    is the camera bias, which keeps the read noise of dark pixels from clipping at 0.
+    is the camera bias, which keeps the read noise of dark pixels from clipping at 0. The camera model is
+    :func:`dgno.optics.noise.camera_noise`; this applies one image's photometry with a seeded generator.
+    Images are in [0, 1] (renders are clipped, blurs are convex), so x needs no clipping at 1.
     """
-    rng = np.random.default_rng(seed)
     p = photometry
-    x = np.clip(np.asarray(image, dtype=np.float64), 0.0, 1.0)
-    electrons = rng.poisson(x * p.photons) + rng.normal(0.0, p.read_noise, x.shape)
-    return np.clip(electrons / p.photons + p.offset, 0.0, 1.0).astype(np.float32)
+    return camera_noise(image, photons=p.photons, read_noise=p.read_noise, offset=p.offset, unit="electrons", rng=np.random.default_rng(seed))
 
 
 def illumination_field(shape: tuple[int, int], photometry: Photometry) -> np.ndarray:
@@ -184,6 +185,74 @@ def _chromatin(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
     return band / band.std()
 
 
+@dataclass(frozen=True)
+class _NucleusShape:
+    """One nucleus before placement: mean radius, semi-axes, boundary wobble, orientation and reach (px)."""
+
+    rbar: float
+    a: float
+    b: float
+    coef: np.ndarray  # (4,) wobble amplitudes of cos(kθ + φ_k), k = 2..5
+    phase: np.ndarray  # (4,) φ_k
+    angle: float
+    outer: float  # radius beyond which the soft mask is negligible
+
+
+def _nucleus_shape(rng: np.random.Generator) -> _NucleusShape:
+    """Draw one nucleus's shape (radius, aspect, wobble, orientation, in this order from `rng`)."""
+    rbar = rng.uniform(*NUCLEUS_RADIUS_RANGE)
+    aspect = rng.uniform(*NUCLEUS_ASPECT_RANGE)
+    a, b = rbar * np.sqrt(aspect), rbar / np.sqrt(aspect)
+    coef = rng.uniform(0.0, BOUNDARY_WOBBLE, 4)
+    phase = rng.uniform(0.0, 2 * np.pi, 4)
+    angle = rng.uniform(0.0, np.pi)
+    return _NucleusShape(rbar, a, b, coef, phase, angle, a * (1.0 + coef.sum()) + 3 * EDGE_WIDTH)
+
+
+def _draw_nucleus(rng: np.random.Generator, n: _NucleusShape, centre: tuple[float, float], image: np.ndarray, labels: np.ndarray, chromatin: np.ndarray, label_id: int) -> None:
+    """Add one nucleus at `centre` to `image` and its label to `labels`, in place (texture, spots and
+    brightness drawn from `rng`); only the nucleus's bounding box is computed."""
+    (h, w), (cy, cx) = image.shape, centre
+    r = int(np.ceil(n.outer)) + 2
+    y0, y1, x0, x1 = max(int(cy) - r, 0), min(int(cy) + r + 1, h), max(int(cx) - r, 0), min(int(cx) + r + 1, w)
+    yy, xx = np.mgrid[y0:y1, x0:x1].astype(np.float64)
+    dy, dx = yy - cy, xx - cx
+    u = (dx * np.cos(n.angle) + dy * np.sin(n.angle)) / n.a  # ellipse-normalised coordinates
+    v = (-dx * np.sin(n.angle) + dy * np.cos(n.angle)) / n.b
+    rho, theta = np.hypot(u, v), np.arctan2(v, u)
+    boundary = 1.0 + sum(c * np.cos(k * theta + p) for k, c, p in zip(range(2, 6), n.coef, n.phase))
+    signed = (boundary - rho) * n.rbar  # ≈ distance to the boundary in px, > 0 inside
+    with np.errstate(over="ignore"):
+        soft = 1.0 / (1.0 + np.exp(-signed / EDGE_WIDTH))
+    dome = 1.0 - 0.3 * np.clip(rho / boundary, 0.0, 1.0) ** 2
+
+    texture = np.clip(1.0 + rng.uniform(0.1, 0.25) * chromatin[y0:y1, x0:x1], 0.6, None)
+    for _ in range(rng.integers(0, 5)):  # chromocentres: small bright spots well inside
+        sr, st = 0.6 * np.sqrt(rng.uniform()), rng.uniform(0, 2 * np.pi)
+        su, sv = sr * np.cos(st), sr * np.sin(st)
+        spot_sigma = rng.uniform(0.8, 1.5)
+        d2 = ((u - su) * n.a) ** 2 + ((v - sv) * n.b) ** 2
+        texture += rng.uniform(0.15, 0.4) * np.exp(-d2 / (2 * spot_sigma**2))
+
+    image[y0:y1, x0:x1] += rng.uniform(*NUCLEUS_BRIGHTNESS_RANGE) * soft * dome * texture
+    comp, _ = ndimage.label(signed >= 0)
+    centre_id = comp[int(cy) - y0, int(cx) - x0]
+    inside = comp == centre_id if centre_id > 0 else np.zeros_like(signed, dtype=bool)
+    labels[y0:y1, x0:x1][inside] = label_id
+
+
+def _exposed(nuclei: np.ndarray, photometry: Photometry, *, n_nuclei: int, seed: Seed) -> np.ndarray:
+    """s · I · (background + haze + nuclei), clipped to [0, 1], float32; s < 1 only where the camera would saturate."""
+    shape = nuclei.shape
+    scene = illumination_field(shape, photometry) * (
+        photometry.background + haze(shape, n_nuclei=n_nuclei, seed=[seed, _STREAM_HAZE], photometry=photometry) + nuclei
+    )
+    peak = float(scene.max())
+    if peak + photometry.offset > 1.0:  # exposure: shorter only where the camera would saturate
+        scene *= (1.0 - photometry.offset) / peak
+    return np.clip(scene, 0.0, 1.0).astype(np.float32)
+
+
 def render_nuclei(
     size: tuple[int, int] = (256, 256),
     *,
@@ -217,7 +286,6 @@ def render_nuclei(
     if photometry is None:
         photometry = sample_photometry([seed, _STREAM_PHOTOMETRY])
     rng = np.random.default_rng([seed, _STREAM_SCENE])
-    yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
 
     image = np.zeros((h, w))  # in-focus nuclei; background, haze and illumination are applied below
     labels = np.zeros((h, w), dtype=np.uint16)
@@ -227,58 +295,19 @@ def render_nuclei(
     attempts = 0
     while len(placed) < n_nuclei and attempts < 200 * max(n_nuclei, 1):
         attempts += 1
-        rbar = rng.uniform(*NUCLEUS_RADIUS_RANGE)
-        aspect = rng.uniform(*NUCLEUS_ASPECT_RANGE)
-        a, b = rbar * np.sqrt(aspect), rbar / np.sqrt(aspect)
-        coef = rng.uniform(0.0, BOUNDARY_WOBBLE, 4)
-        phase = rng.uniform(0.0, 2 * np.pi, 4)
-        angle = rng.uniform(0.0, np.pi)
-        outer = a * (1.0 + coef.sum()) + 3 * EDGE_WIDTH
+        shape = _nucleus_shape(rng)
         cy, cx = rng.uniform(0, h), rng.uniform(0, w)
-        if any(np.hypot(cy - py, cx - px) < outer + pr + 1.0 for py, px, pr in placed):
+        if any(np.hypot(cy - py, cx - px) < shape.outer + pr + 1.0 for py, px, pr in placed):
             continue
-        placed.append((cy, cx, outer))
-
-        # Work in the nucleus's bounding box only.
-        r = int(np.ceil(outer)) + 2
-        y0, y1, x0, x1 = max(int(cy) - r, 0), min(int(cy) + r + 1, h), max(int(cx) - r, 0), min(int(cx) + r + 1, w)
-        dy, dx = yy[y0:y1, x0:x1] - cy, xx[y0:y1, x0:x1] - cx
-        u = (dx * np.cos(angle) + dy * np.sin(angle)) / a  # ellipse-normalised coordinates
-        v = (-dx * np.sin(angle) + dy * np.cos(angle)) / b
-        rho, theta = np.hypot(u, v), np.arctan2(v, u)
-        boundary = 1.0 + sum(c * np.cos(k * theta + p) for k, c, p in zip(range(2, 6), coef, phase))
-        signed = (boundary - rho) * rbar  # ≈ distance to the boundary in px, > 0 inside
-        with np.errstate(over="ignore"):
-            soft = 1.0 / (1.0 + np.exp(-signed / EDGE_WIDTH))
-        dome = 1.0 - 0.3 * np.clip(rho / boundary, 0.0, 1.0) ** 2
-
-        texture = np.clip(1.0 + rng.uniform(0.1, 0.25) * chromatin[y0:y1, x0:x1], 0.6, None)
-        for _ in range(rng.integers(0, 5)):  # chromocentres: small bright spots well inside
-            sr, st = 0.6 * np.sqrt(rng.uniform()), rng.uniform(0, 2 * np.pi)
-            su, sv = sr * np.cos(st), sr * np.sin(st)
-            spot_sigma = rng.uniform(0.8, 1.5)
-            d2 = ((u - su) * a) ** 2 + ((v - sv) * b) ** 2
-            texture += rng.uniform(0.15, 0.4) * np.exp(-d2 / (2 * spot_sigma**2))
-
-        image[y0:y1, x0:x1] += rng.uniform(*NUCLEUS_BRIGHTNESS_RANGE) * soft * dome * texture
-        comp, _ = ndimage.label(signed >= 0)
-        centre = comp[int(cy) - y0, int(cx) - x0]
-        inside = comp == centre if centre > 0 else np.zeros_like(signed, dtype=bool)
-        labels[y0:y1, x0:x1][inside] = len(placed)
+        placed.append((cy, cx, shape.outer))
+        _draw_nucleus(rng, shape, (cy, cx), image, labels, chromatin, len(placed))
 
     # Ids stay consecutive even if a (border-clipped) nucleus ended up without label pixels.
     present = np.unique(labels[labels > 0])
     relabel = np.zeros(len(placed) + 1, dtype=np.uint16)
     relabel[present] = np.arange(1, present.size + 1, dtype=np.uint16)
     labels = relabel[labels]
-
-    scene = illumination_field((h, w), photometry) * (
-        photometry.background + haze((h, w), n_nuclei=n_nuclei, seed=[seed, _STREAM_HAZE], photometry=photometry) + image
-    )
-    peak = float(scene.max())
-    if peak + photometry.offset > 1.0:  # exposure: shorter only where the camera would saturate
-        scene *= (1.0 - photometry.offset) / peak
-    image = np.clip(scene, 0.0, 1.0).astype(np.float32)
+    image = _exposed(image, photometry, n_nuclei=n_nuclei, seed=seed)
     if noise:
         image = add_camera_noise(image, seed=[seed, _STREAM_NOISE], photometry=photometry)
     return image, labels
@@ -325,24 +354,3 @@ def render_shapes(size: tuple[int, int] = (256, 256), *, seed: int) -> np.ndarra
         rr, cc, val = rr[ok], cc[ok], val[ok]
         image[rr, cc] = np.maximum(image[rr, cc], rng.uniform(0.4, 1.0) * val)
     return np.clip(image, 0.0, 1.0).astype(np.float32)
-
-
-def defocus_sigma_range(dz: float, *, sigma_per_plane: float = 0.5, relative_spread: float = 0.2) -> tuple[float, float]:
-    """(lo, hi) = σ_c · (1 − s, 1 + s), σ_c = sigma_per_plane · dz: blur standing in for BBBC006 plane |z − 16| = dz.
-
-    STAND-IN, not a calibration. BBBC006 planes are 2 µm apart with z = 16 in focus; in geometric
-    optics the defocus blur width grows linearly with the distance from focus, so a Gaussian with σ
-    proportional to dz is the usual first-order stand-in, and the ±s spread stands for field-dependent
-    focus (tilt, field curvature) that makes a real plane spatially varying. With the defaults the
-    paper's training planes z = 2, 6, 10 (dz = 14, 10, 6) get σ ranges 5.6–8.4, 4–6 and 2.4–3.6 px and the
-    generalisation planes z = 1, 5, 13 (dz = 15, 11, 3) get 6–9, 4.4–6.6 and 1.2–1.8 px — the same
-    pixel scale as BBBC006 at 696×520, inside the paper's 0.6–13 px range. dz = 0 gives (0, 0): no blur.
-    """
-    if not dz >= 0:
-        raise ValueError(f"dz={dz!r}: must be >= 0 (it is |z - 16|)")
-    if sigma_per_plane <= 0:
-        raise ValueError(f"sigma_per_plane={sigma_per_plane!r}: must be > 0")
-    if not 0 <= relative_spread < 1:
-        raise ValueError(f"relative_spread={relative_spread!r}: must be in [0, 1)")
-    centre = sigma_per_plane * float(dz)
-    return centre * (1.0 - relative_spread), centre * (1.0 + relative_spread)

@@ -113,7 +113,7 @@ class ASSM(nn.Module):
         if self.training:
             return F.gumbel_softmax(logits, hard=True, dim=-1)
         # one-hot by scatter: F.one_hot checks its indices on the host, a GPU sync that would
-        # stop CUDA-graph capture of the forward pass (dgno.cuda_graphs)
+        # stop CUDA-graph capture of the forward pass (dgno.inference.cuda_graphs)
         return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
 
     def _scan(self, v: Tensor, prompt: Tensor) -> Tensor:

@@ -11,14 +11,15 @@ with three reshapes, checked strictly:
 * the Face variant's integer buffers ``face_idx_*`` (which boundary row/column forms each face)
   are not weights: they are checked against the indices this package uses, then dropped.
 
-The result is an ordinary project checkpoint (``{"spec", "state_dict", ...}``) that ``dgno deblur``,
-``dgno evaluate`` and ``dgno lam`` load with :func:`dgno.train.load_trained`.
+:func:`dgno.checkpoint.import_official` builds the network, converts a checkpoint with
+:func:`convert_state_dict` and writes an ordinary project checkpoint (``{"spec", "state_dict", ...}``)
+that ``dgno deblur``, ``dgno evaluate`` and ``dgno lam`` load with :func:`dgno.checkpoint.load_trained`.
+The conventions the network follows to compute the authors' function are listed in
+:mod:`dgno.models.conventions`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -28,23 +29,10 @@ import torch
 import yaml
 from torch import Tensor
 
+from dgno.data.download import DownloadError, download
 from dgno.io import InputError
 
 WEIGHT_KEYS = ("params", "params_ema")
-# How this package's DGNO computes the authors' function: (convention, the authors' code, the paper's
-# text or this package before it followed the code).  Shown in the report's protocol section.
-AUTHORS_CONVENTIONS: tuple[tuple[str, str, str], ...] = (
-    ("DG / Galerkin layer update", "out = x + W2 GELU(W1 (x + Q K_e))", "before: z = x + Q K_e, out = z + MLP(z)"),
-    ("shallow input branch (SCM + FAM)", "conv3x3-GELU-conv1x1-GELU-conv3x3-GELU-conv1x1 to the level width, affine InstanceNorm; fused by a 3x3 conv", "before: ReLU, raw image concatenated, extra 1x1 mix conv"),
-    ("input pyramid", "nearest interpolate(scale_factor=0.5), once for 1/2 and twice for 1/4", "before: bilinear"),
-    ("per-head LayerNorm of K, V", "(x - mean) / (unbiased std + 1e-5)", "before: (x - mean) / sqrt(biased var + 1e-5)"),
-    ("Dirichlet boundary", "+F(K_b, 0) added on all four sides; K_b = the boundary element's inner face (Face) or K_vol (Cell)", "paper App. D and before: -F(0, K) on left/top with the outward face"),
-    ("periodic boundary, Face", "wrap F(left face of last column, right face of first column), likewise top/bottom", "before: faces swapped"),
-    ("ASSM prompt", "added to C in raster token order (C itself in route-sorted order)", "before: sorted together with the tokens"),
-    ("biases", "no bias in the stem, the 1x1 reduce convs and the full-resolution head; the 1/4 and 1/2 heads have one", "before: biases everywhere"),
-    ("routing at inference (kept out)", "Gumbel noise also in eval mode: outputs vary 5e-3 to 2e-2 between runs", "here: argmax routing, deterministic"),
-    ("token sort (kept out)", "unstable sort: order among equal routes depends on the platform (up to 3e-2)", "here: stable sort, ties in raster order"),
-)
 # Settings of the authors' constructor that this package reproduces, with the values it supports.
 _FIXED = {"type": "DGNO", "bias": False, "LayerNorm_type": "WithBias", "ffn_expansion_factor": 2.66}
 # Accepted and ignored: the authors' constructor takes them but its network does not use them.
@@ -260,14 +248,6 @@ def convert_state_dict(official: Mapping[str, Tensor], expected: Mapping[str, Te
     return out
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def load_official_state(path: str | Path, *, weights: str = "params") -> dict[str, Tensor]:
     """The state dict under ``weights`` ("params" or "params_ema") of a BasicSR checkpoint.
 
@@ -289,55 +269,12 @@ def load_official_state(path: str | Path, *, weights: str = "params") -> dict[st
     raise InputError(f"{path}: no {weights!r} state dict inside (found {keys}). Fix: pass a BasicSR checkpoint of the authors' DGNO or choose --weights")
 
 
-def import_official(
-    checkpoint: str | Path,
-    options: str | Path,
-    out: str | Path,
-    *,
-    weights: str = "params",
-) -> Path:
-    """Write a project ``model.pt`` holding the authors' weights from ``checkpoint`` (see module doc)."""
-    from dgno import provenance
-    from dgno.models.overrides import registry_overrides
-    from dgno.models.registry import build_model
-    from dgno.train import CHECKPOINT_VERSION, save_checkpoint, weights_digest
-
-    checkpoint, options, out = Path(checkpoint), Path(options), Path(out)
-    network_g = read_network_options(options)
-    name, channels, overrides = model_from_options(network_g, source=str(options))
-    model = build_model(name, scale="paper", in_channels=channels, **registry_overrides(overrides))
-    official = load_official_state(checkpoint, weights=weights)
-    try:
-        state = convert_state_dict(official, model.state_dict(), element_size=overrides["element_size"])
-    except ValueError as exc:
-        raise InputError(f"{checkpoint}: does not match {options} ({exc})") from exc
-    model.load_state_dict(state, strict=True)
-    blob = {
-        "version": CHECKPOINT_VERSION,
-        "spec": {"name": name, "scale": "paper", "hparams": model.hparams, "overrides": overrides},
-        "state_dict": model.state_dict(),
-        "weights_sha256": weights_digest(model.state_dict()),
-        "official": {
-            "checkpoint": str(checkpoint),
-            "checkpoint_sha256": _sha256(checkpoint),
-            "weights": weights,
-            "options": str(options),
-            "network_g": json.loads(json.dumps(network_g)),
-        },
-        "provenance": provenance.collect(torch.device("cpu")),
-    }
-    save_checkpoint(out, blob)
-    return out
-
-
 def fetch_official(url: str, dest: str | Path, *, retries: int = 4, sha256: str | None = None) -> Path:
     """Download one released checkpoint to ``dest`` (resumable, verified), or fail with instructions.
 
     The download is accepted only if it loads as a tensor checkpoint with a ``params`` state dict;
     anything else (an HTML error page, a truncated file) is rejected and deleted.
     """
-    from dgno.data.download import DownloadError, download
-
     dest = Path(dest)
 
     def check(part: Path) -> None:

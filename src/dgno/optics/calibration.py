@@ -153,6 +153,37 @@ class SeidelFit:
     start_losses: list[float]
 
 
+def _centroids(patches: Tensor) -> Tensor:
+    """(n, 2) (x, y) centroid of each patch above its median, px from the centre: where the PSF offsets
+    start (close to the bead, cheap, robust to noise)."""
+    m = patches.shape[-1]
+    ax = torch.arange(m, dtype=torch.float64) - m // 2
+    bump = (patches - patches.flatten(1).median(dim=1).values[:, None, None]).clamp_min(0)
+    mass = bump.sum(dim=(-2, -1)).clamp_min(1e-12)
+    return torch.stack([(bump.sum(-2) * ax).sum(-1) / mass, (bump.sum(-1) * ax).sum(-1) / mass], dim=-1)  # (n, 2) x, y
+
+
+def _model_shift(a: Tensor, s: Tensor, field: Tensor, oversampling: float) -> Tensor:
+    """PSF offsets (n, 2) px.  s is where the tilt-free (Zernike) coma PSF sits; the tilt inside the
+    coma term, ⅔ W131 (u·h), moves the PSF by 2q·⅔ W131 h, so it is subtracted here."""
+    return s - 2.0 * oversampling * (2.0 / 3.0) * a[1] * field
+
+
+def _descend(a: Tensor, s: Tensor, patches: Tensor, field: Tensor, norm: Tensor, *, oversampling: float, n_iter: int, lr: float) -> float:
+    """Adam with a cosine schedule on the balanced coefficients `a` and offsets `s` (in place) from one start; the final loss."""
+    m = patches.shape[-1]
+    opt = torch.optim.Adam([a, s], lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=n_iter, eta_min=lr * 0.02)
+    for _ in range(n_iter):
+        opt.zero_grad()
+        model = seidel_psf(_balanced_to_seidel(a), field, size=m, oversampling=oversampling, shift=_model_shift(a, s, field, oversampling))  # (n, M, M)
+        loss = (_fit_amplitude(patches, model) ** 2).sum() / norm
+        loss.backward()
+        opt.step()
+        sched.step()
+    return float(loss.detach())
+
+
 def fit_seidel(
     patches: np.ndarray,
     peaks: np.ndarray,
@@ -179,39 +210,18 @@ def fit_seidel(
     n, m, _ = patches_t.shape
     check_psf_size(m)
     field = _field(peaks[:, 0], peaks[:, 1], image_shape, field_radius)  # (n, 2)
-    # Offsets start at each patch's centroid above its median: close to the bead, cheap, robust to noise.
-    ax = torch.arange(m, dtype=torch.float64) - m // 2
-    bump = (patches_t - patches_t.flatten(1).median(dim=1).values[:, None, None]).clamp_min(0)
-    mass = bump.sum(dim=(-2, -1)).clamp_min(1e-12)
-    centroid = torch.stack([(bump.sum(-2) * ax).sum(-1) / mass, (bump.sum(-1) * ax).sum(-1) / mass], dim=-1)  # (n, 2) x, y
+    centroid = _centroids(patches_t)
     norm = ((patches_t - patches_t.mean(dim=(-2, -1), keepdim=True)) ** 2).sum()
     gen = torch.Generator().manual_seed(int(seed))
-
-    def model_shift(a: Tensor, s: Tensor) -> Tensor:
-        """PSF offsets (n, 2) px.  s is where the tilt-free (Zernike) coma PSF sits; the tilt inside the
-        coma term, ⅔ W131 (u·h), moves the PSF by 2q·⅔ W131 h, so it is subtracted here."""
-        return s - 2.0 * oversampling * (2.0 / 3.0) * a[1] * field
-
     best: tuple[float, Tensor, Tensor] | None = None
     losses: list[float] = []
     for _ in range(n_starts):
         a = ((2 * torch.rand(len(FITTED_TERMS), generator=gen, dtype=torch.float64) - 1) * init_scale).requires_grad_(True)
         s = centroid.clone().requires_grad_(True)
-        opt = torch.optim.Adam([a, s], lr=lr)
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=n_iter, eta_min=lr * 0.02)
-        for _ in range(n_iter):
-            opt.zero_grad()
-            model = seidel_psf(
-                _balanced_to_seidel(a), field, size=m, oversampling=oversampling, shift=model_shift(a, s)
-            )  # (n, M, M)
-            loss = (_fit_amplitude(patches_t, model) ** 2).sum() / norm
-            loss.backward()
-            opt.step()
-            sched.step()
-        final = float(loss.detach())
+        final = _descend(a, s, patches_t, field, norm, oversampling=oversampling, n_iter=n_iter, lr=lr)
         losses.append(final)
         if best is None or final < best[0]:
-            best = (final, a.detach().clone(), model_shift(a, s).detach().clone())
+            best = (final, a.detach().clone(), _model_shift(a, s, field, oversampling).detach().clone())
     assert best is not None
     return SeidelFit(
         coeffs=SeidelCoefficients.from_tensor(_balanced_to_seidel(best[1])).canonical(),

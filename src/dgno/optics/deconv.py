@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from dgno.optics.ring import RingBlur
+from dgno.optics.sigma_blur import pad_reflect
 
 
 def smoothed_tv(x: Tensor, eps: float = 1e-3) -> Tensor:
@@ -85,10 +86,6 @@ def ring_deconvolve(
     return x.detach()[..., mh : mh + h, mw : mw + w]
 
 
-def _pad_reflect(image: np.ndarray, pad: int) -> np.ndarray:
-    return np.pad(image, pad, mode="symmetric") if pad else image
-
-
 def wiener_deconvolve(image: np.ndarray, psf: np.ndarray, *, balance: float = 1e-3) -> np.ndarray:
     """x̂ = F⁻¹[ conj(K) Y / (|K|² + balance·|Λ|²) ] (scikit-image ``wiener``, Laplacian Λ) with one PSF K.
 
@@ -98,7 +95,7 @@ def wiener_deconvolve(image: np.ndarray, psf: np.ndarray, *, balance: float = 1e
     from skimage.restoration import wiener
 
     pad = psf.shape[0] // 2
-    out = wiener(_pad_reflect(np.asarray(image, np.float64), pad), np.asarray(psf, np.float64), balance, clip=False)
+    out = wiener(pad_reflect(np.asarray(image, np.float64), pad), np.asarray(psf, np.float64), balance, clip=False)
     h, w = image.shape
     return np.clip(out[pad : pad + h, pad : pad + w], 0.0, 1.0).astype(np.float32)
 
@@ -113,7 +110,7 @@ def richardson_lucy_deconvolve(image: np.ndarray, psf: np.ndarray, *, n_iter: in
 
     pad = psf.shape[0] // 2
     out = richardson_lucy(
-        _pad_reflect(np.asarray(image, np.float64), pad), np.asarray(psf, np.float64), num_iter=n_iter, clip=False
+        pad_reflect(np.asarray(image, np.float64), pad), np.asarray(psf, np.float64), num_iter=n_iter, clip=False
     )
     h, w = image.shape
     return np.clip(out[pad : pad + h, pad : pad + w], 0.0, 1.0).astype(np.float32)

@@ -97,10 +97,45 @@ def _small_sigma_weight(sigma: np.ndarray) -> np.ndarray:
     return np.where(sigma > 0, lam, 0.0)
 
 
-def _pad_reflect(img: np.ndarray, r: int) -> np.ndarray:
-    """Half-sample symmetric padding by r on both spatial axes (numpy repeats it for r > size)."""
+def pad_reflect(img: np.ndarray, r: int) -> np.ndarray:
+    """Half-sample symmetric padding by r on both spatial axes (numpy repeats it for r > size); r = 0: img itself.
+
+    The boundary of every blur and deconvolution of images here: a field of view is cut out of a larger
+    specimen, so what lies beyond the border resembles what lies inside it.
+    """
+    if not r:
+        return img
     pad = [(r, r), (r, r)] + [(0, 0)] * (img.ndim - 2)
     return np.pad(img, pad, mode="symmetric")
+
+
+def _stencils(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(levels σ_k, pixels, base level b, weights (4, n)) of the pixels of the flat σ map that need blurring; None if none do.
+
+    Every such pixel gets a stencil of 4 levels b..b+3 and 4 weights; pixels with 0 < σ < σ_f use the
+    pseudo-stencil "identity + level σ_f" (weights 1 − λ, λ; the identity part is added by the caller).
+    Pixels are sorted by base level, so those needing level k are a contiguous run (b in k-3..k).
+    """
+    large = np.flatnonzero(flat >= _SIGMA_FLOOR)
+    small = np.flatnonzero((flat > 0) & (flat < _SIGMA_FLOOR))
+    if large.size == 0 and small.size == 0:
+        return None
+    lo = min(float(flat[large].min()) if large.size else np.inf, _SIGMA_FLOOR if small.size else np.inf)
+    hi = max(float(flat[large].max()) if large.size else lo, lo)
+    grid = _level_grid(lo, hi)
+    u_grid = np.log(grid)
+
+    u = np.log(flat[large])
+    b = np.searchsorted(u_grid, u, side="right") - 2  # u_grid[b+1] <= u < u_grid[b+2]
+    wts = _lagrange_weights(u, u_grid[b[None, :] + np.arange(4)[:, None]])  # (4, n_large)
+    floor_level = int(np.searchsorted(grid, _SIGMA_FLOOR))  # == 1 whenever small pixels exist (lo == σ_f)
+    # Small pixels as stencils based at floor_level with weight λ on their first node.
+    pix = np.concatenate([large, small])
+    base = np.concatenate([b, np.full(small.size, floor_level)])
+    wts = np.concatenate([wts, np.zeros((4, small.size))], axis=1)
+    wts[0, large.size :] = _small_sigma_weight(flat[small])
+    order = np.argsort(base, kind="stable")
+    return grid, pix[order], base[order], wts[:, order]
 
 
 def sigma_blur(image: np.ndarray, sigma_map: np.ndarray) -> np.ndarray:
@@ -128,32 +163,13 @@ def sigma_blur(image: np.ndarray, sigma_map: np.ndarray) -> np.ndarray:
     out = identity[spatial] * img  # (H, W[, C]) float64
     out_px = out.reshape(h * w, -1)  # (P, C) view, one row per pixel
 
-    # Every pixel that needs blurring gets a stencil of 4 levels b..b+3 and 4 weights; pixels with
-    # 0 < σ < σ_f use the pseudo-stencil "identity + level σ_f" (weights 1 − λ, λ; identity done above).
-    flat = sig.ravel()
-    large = np.flatnonzero(flat >= _SIGMA_FLOOR)
-    small = np.flatnonzero((flat > 0) & (flat < _SIGMA_FLOOR))
-    if large.size == 0 and small.size == 0:
+    stencils = _stencils(sig.ravel())
+    if stencils is None:
         return img.copy()
-    lo = min(float(flat[large].min()) if large.size else np.inf, _SIGMA_FLOOR if small.size else np.inf)
-    hi = max(float(flat[large].max()) if large.size else lo, lo)
-    grid = _level_grid(lo, hi)
-    u_grid = np.log(grid)
-
-    u = np.log(flat[large])
-    b = np.searchsorted(u_grid, u, side="right") - 2  # u_grid[b+1] <= u < u_grid[b+2]
-    wts = _lagrange_weights(u, u_grid[b[None, :] + np.arange(4)[:, None]])  # (4, n_large)
-    floor_level = int(np.searchsorted(grid, _SIGMA_FLOOR))  # == 1 whenever small pixels exist (lo == σ_f)
-    # Small pixels as stencils based at floor_level with weight λ on their first node.
-    pix = np.concatenate([large, small])
-    base = np.concatenate([b, np.full(small.size, floor_level)])
-    wts = np.concatenate([wts, np.zeros((4, small.size))], axis=1)
-    wts[0, large.size :] = _small_sigma_weight(flat[small])
-    order = np.argsort(base, kind="stable")  # pixels needing level k are a contiguous run: b in k-3..k
-    pix, base, wts = pix[order], base[order], wts[:, order]
+    grid, pix, base, wts = stencils
 
     r_max = kernel_radius(grid[-1])
-    padded = _pad_reflect(img, r_max)
+    padded = pad_reflect(img, r_max)
     for k, s in enumerate(grid):
         i0, i1 = np.searchsorted(base, [k - 3, k + 1])
         if i1 == i0:

@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dgno.io import read_json
 from dgno.report.ablations import ablation_section
-from dgno.report.cost import BENCH_COMMAND, cost_section, runtime_section
+from dgno.report.cost_section import BENCH_COMMAND, cost_section, runtime_section
 from dgno.report.downstream import nonblind_section, stardist_section
-from dgno.report.operators import lam_section, operators_section
+from dgno.report.operators_section import lam_section, operators_section
 from dgno.report.protocol import protocol_section
 from dgno.report.render import (
     CATALOGUE,
@@ -44,8 +45,6 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
         sections.append(stardist_section(config, results))
         model_json = results / "stardist" / config["experiments"]["stardist"]["dataset"] / "model.json"
         if model_json.exists():
-            from dgno.io import read_json
-
             stardist_source = read_json(model_json)["source"]
     if "lifting" in config["experiments"]:
         sections.append(lifting_section(config, summaries))

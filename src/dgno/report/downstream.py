@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dgno.experiments.nonblind_settings import deconv_params, noise_settings, true_coefficients
 from dgno.io import read_json
 from dgno.report.render import (
     Cell,
@@ -61,8 +62,6 @@ def nonblind_protocol(config: dict, results: Path) -> list[str]:
     Why: the table's numbers mean little without how the data were made (blur model, noise, calibration)
     and how each restoration was tuned; prose with typed-in numbers would drift from the config.
     """
-    from dgno.optics.nonblind import deconv_params, noise_settings, true_coefficients
-
     exp = config["experiments"]["nonblind"]
     ds = exp["dataset"]
     spec = config["datasets"][ds]
@@ -72,7 +71,7 @@ def nonblind_protocol(config: dict, results: Path) -> list[str]:
     coeffs = ", ".join(f"{k} {v:g}" for k, v in true.as_dict().items())
     notes = [
         f"Blur model: the sharp images of {spec['base']} are blurred by brute-force superposition of the exact Seidel PSF "
-        f"of every pixel (dgno.optics.ring.seidel_superposition, mirror padding by the PSF radius) with the true coefficients "
+        f"of every pixel (dgno.optics.superposition.seidel_superposition, mirror padding by the PSF radius) with the true coefficients "
         f"({coeffs} waves, {seidel.get('convention', 'dgno')} convention) - not by the ring operator or the fitted coefficients "
         "that the restorations use, so the data differ from every model by the calibration error, the ring model's "
         "approximation and the noise.",

@@ -299,6 +299,57 @@ def _display_box(views: Sequence, max_side: int) -> tuple[int, int, int, int]:
     return y0, x0, side_h, side_w
 
 
+def _crop(a: np.ndarray, box: tuple[int, int, int, int], stride: int = 1) -> np.ndarray:
+    """The part of a map (at ``stride`` px per value) inside the display box (y0, x0, h, w) in image pixels."""
+    y0, x0, bh, bw = box
+    s = stride
+    return a[..., y0 // s : (y0 + bh + s - 1) // s, x0 // s : (x0 + bw + s - 1) // s]
+
+
+def _hi(a: np.ndarray) -> float:
+    """Colour-scale top: the 99.5th percentile of |a| (never 0)."""
+    return float(np.percentile(np.abs(a), 99.5)) or 1e-6
+
+
+def _operator_row(row: Sequence, v, k: int, box: tuple[int, int, int, int]) -> None:
+    """One (method, t) row of ``operator_maps``: blurred, k basis channels, latent, flux with elements, restored."""
+    row[0].imshow(_crop(v.blurred, box), cmap="gray", vmin=0, vmax=1)
+    for c in range(k):
+        ax = row[1 + c]
+        if c < v.basis.shape[0]:
+            b = _crop(v.basis[c], box, v.stride)
+            lim = _hi(b)
+            ax.imshow(b, cmap="RdBu_r", vmin=-lim, vmax=lim)
+            ax.text(0.03, 0.97, f"ch {v.basis_channels[c]}", transform=ax.transAxes, fontsize=6, va="top", bbox=_LABEL_BOX)
+    lat = _crop(v.latent, box, v.stride)
+    row[k + 1].imshow(lat, cmap="magma", vmin=0, vmax=_hi(lat))
+    ax_flux = row[k + 2]
+    if v.flux is None:
+        why = "no flux\n(one global element)" if v.element_size is None else "no flux\n(independent windows)"
+        ax_flux.text(0.5, 0.5, why, ha="center", va="center", fontsize=7, transform=ax_flux.transAxes)
+        ax_flux.set_frame_on(False)
+    else:
+        fl = _crop(v.flux, box, v.stride)
+        ax_flux.imshow(fl, cmap="magma", vmin=0, vmax=_hi(fl))
+        ratio = v.stats.get("flux_interface_ratio", float("nan"))
+        if np.isfinite(ratio):
+            ax_flux.text(0.03, 0.97, f"iface ×{ratio:.2f}", transform=ax_flux.transAxes, fontsize=6, va="top", bbox=_LABEL_BOX)
+    if v.element_size is not None:
+        p = v.element_size
+        oy, ox = (box[0] // v.stride) % p, (box[1] // v.stride) % p
+        fh, fw = lat.shape
+        for ax in (ax_flux,) if v.flux is not None else (row[k + 1],):  # LG: its window borders
+            for yy in range(p - oy, fh, p):
+                ax.axhline(yy - 0.5, color="cyan", lw=0.35, alpha=0.6)
+            for xx in range(p - ox, fw, p):
+                ax.axvline(xx - 0.5, color="cyan", lw=0.35, alpha=0.6)
+    row[k + 3].imshow(_crop(v.restored, box), cmap="gray", vmin=0, vmax=1)
+    row[0].set_ylabel(f"{v.label}\n{v.scale} · t={v.t}", fontsize=7)
+    for ax in row:
+        ax.set_xticks([])
+        ax.set_yticks([])
+
+
 def operator_maps(views: Sequence, out_png: str | Path, *, title: str, max_side: int = 128) -> None:
     """The paper's qualitative operator figure: one row per (method, t), columns
 
@@ -313,53 +364,10 @@ def operator_maps(views: Sequence, out_png: str | Path, *, title: str, max_side:
         raise ValueError("operator_maps needs at least one view")
     k = max(v.basis.shape[0] for v in views)
     ncols = k + 4
-    y0, x0, bh, bw = _display_box(views, max_side)
+    box = _display_box(views, max_side)
     fig, axes = plt.subplots(len(views), ncols, figsize=(1.55 * ncols, 1.65 * len(views) + 0.4), squeeze=False)
-
-    def crop(a: np.ndarray, stride: int = 1) -> np.ndarray:
-        s = stride
-        return a[..., y0 // s : (y0 + bh + s - 1) // s, x0 // s : (x0 + bw + s - 1) // s]
-
-    def hi(a: np.ndarray) -> float:
-        return float(np.percentile(np.abs(a), 99.5)) or 1e-6
-
     for r, v in enumerate(views):
-        row = axes[r]
-        row[0].imshow(crop(v.blurred), cmap="gray", vmin=0, vmax=1)
-        for c in range(k):
-            ax = row[1 + c]
-            if c < v.basis.shape[0]:
-                b = crop(v.basis[c], v.stride)
-                lim = hi(b)
-                ax.imshow(b, cmap="RdBu_r", vmin=-lim, vmax=lim)
-                ax.text(0.03, 0.97, f"ch {v.basis_channels[c]}", transform=ax.transAxes, fontsize=6, va="top", bbox=_LABEL_BOX)
-        lat = crop(v.latent, v.stride)
-        row[k + 1].imshow(lat, cmap="magma", vmin=0, vmax=hi(lat))
-        ax_flux = row[k + 2]
-        if v.flux is None:
-            why = "no flux\n(one global element)" if v.element_size is None else "no flux\n(independent windows)"
-            ax_flux.text(0.5, 0.5, why, ha="center", va="center", fontsize=7, transform=ax_flux.transAxes)
-            ax_flux.set_frame_on(False)
-        else:
-            fl = crop(v.flux, v.stride)
-            ax_flux.imshow(fl, cmap="magma", vmin=0, vmax=hi(fl))
-            ratio = v.stats.get("flux_interface_ratio", float("nan"))
-            if np.isfinite(ratio):
-                ax_flux.text(0.03, 0.97, f"iface ×{ratio:.2f}", transform=ax_flux.transAxes, fontsize=6, va="top", bbox=_LABEL_BOX)
-        if v.element_size is not None:
-            p = v.element_size
-            oy, ox = (y0 // v.stride) % p, (x0 // v.stride) % p
-            fh, fw = lat.shape
-            for ax in (ax_flux,) if v.flux is not None else (row[k + 1],):  # LG: its window borders
-                for yy in range(p - oy, fh, p):
-                    ax.axhline(yy - 0.5, color="cyan", lw=0.35, alpha=0.6)
-                for xx in range(p - ox, fw, p):
-                    ax.axvline(xx - 0.5, color="cyan", lw=0.35, alpha=0.6)
-        row[k + 3].imshow(crop(v.restored), cmap="gray", vmin=0, vmax=1)
-        row[0].set_ylabel(f"{v.label}\n{v.scale} · t={v.t}", fontsize=7)
-        for ax in row:
-            ax.set_xticks([])
-            ax.set_yticks([])
+        _operator_row(axes[r], v, k, box)
     heads = ["(a) blurred"] + [f"(b) Q basis {c + 1}" for c in range(k)] + ["(c) ‖Q(KᵀV)‖", "(d) ‖flux‖ + elements", "(e) restored"]
     for ax, head in zip(axes[0], heads):
         ax.set_title(head, fontsize=8)

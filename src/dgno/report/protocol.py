@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from functools import reduce
 from typing import Any
 
+from dgno.models.conventions import AUTHORS_CONVENTIONS
 from dgno.report.section import Section
 
 
@@ -13,11 +15,9 @@ def protocol_section(config: dict[str, Any]) -> Section:
 
     The settings table reads the config's ``protocol`` block (dotted path → source, note) and shows
     each setting's value in *this* config beside it; the conventions table is the list the network
-    follows to compute the authors' function (``dgno.models.official.AUTHORS_CONVENTIONS``).
+    follows to compute the authors' function (``dgno.models.conventions.AUTHORS_CONVENTIONS``).
+    Config validation has checked that every dotted path of the ``protocol`` block exists.
     """
-    from dgno.models.official import AUTHORS_CONVENTIONS
-    from dgno.workflow.config import config_value
-
     sec = Section(id="protocol", title="Protocol: the authors' network and recipe, and where each setting comes from")
     sec.notes.append(
         "The paper's numbers were made by the authors' code (GitHub qiiiiiii523/CC_defocus, third_party/DGNO) and option files. "
@@ -27,7 +27,7 @@ def protocol_section(config: dict[str, Any]) -> Section:
     )
     rows = []
     for path, entry in config.get("protocol", {}).items():
-        value = config_value(config, path)
+        value = reduce(lambda node, key: node[key], path.split("."), config)
         rows.append([path, json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value), entry["source"], entry.get("note", "")])
     if rows:
         sec.text_tables.append((["setting", f"value ({config.get('name', 'this config')})", "source", "note"], rows))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dgno.report.operators import edge_band_caption, edge_band_values, gain_verdict
+from dgno.report.operators_section import edge_band_caption, edge_band_values, gain_verdict
 from dgno.report.render import (
     Cell,
     Table,

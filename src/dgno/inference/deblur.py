@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from dgno.evaluate import default_tile_batch, model_restorer
+from dgno.checkpoint import load_trained, pick_device
+from dgno.inference.evaluate import default_tile_batch, model_restorer
 from dgno.io import InputError, read_raw_image, to_unit_float, write_tiff
-from dgno.train import load_trained, pick_device
 
 
 def _restore_array(raw: np.ndarray, restore, in_channels: int, path: Path) -> np.ndarray:
@@ -77,7 +77,7 @@ def deblur_files(
 ) -> list[tuple[Path, str]]:
     """Restore each input into ``output_dir/<name>.tif``; return [(path, error message)] of failures.
 
-    GPU options (``dgno.cuda_graphs``): ``tile_batch`` tiles per pass (default 8 on CUDA, 1 on
+    GPU options (``dgno.inference.cuda_graphs``): ``tile_batch`` tiles per pass (default 8 on CUDA, 1 on
     CPU), ``cuda_graphs`` replays the forward from CUDA graphs, ``bf16`` uses bfloat16 autocast.
     """
     dev = pick_device(device)

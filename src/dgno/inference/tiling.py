@@ -90,7 +90,7 @@ def tiled_apply(
     "crossfade" (the authors' BBBC006 test: linear cross-fades over each pair's whole overlap).
     batch: tiles per call of `fn`.  On a GPU one call of 8 tiles costs little more than one of a
     single tile; the last call is filled up with copies of its last tile, so `fn` always sees
-    the same shape (one CUDA graph serves every call, see ``dgno.cuda_graphs``).
+    the same shape (one CUDA graph serves every call, see ``dgno.inference.cuda_graphs``).
     """
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")

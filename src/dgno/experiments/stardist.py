@@ -11,7 +11,7 @@ small StarDist2D that :func:`train_stardist` fits on the training split's sharp 
 model directory carries ``dgno_stardist.json`` saying which, so the report can name the model.
 
 TensorFlow and StarDist are an optional extra (``requirements-stardist.txt``, ``envs/stardist.yaml``):
-they are imported inside the functions, so ``import dgno.downstream`` works without them, and every
+they are imported inside the functions, so ``import dgno.experiments.stardist`` works without them, and every
 entry point fails with :class:`MissingExtraError` naming the install command. TensorFlow's thread pools
 are capped on first use (see :func:`configure_tensorflow_threads`) because its default is one thread
 per core *per pool*, which starves the other jobs on a small shared machine.
@@ -102,7 +102,7 @@ def configure_tensorflow_threads(intra: int | None = None, inter: int = 1) -> tu
     if any(n == 0 or n > want for n, want in zip(now, (intra, inter))):
         warnings.warn(
             f"TensorFlow was started before dgno could cap its thread pools (intra/inter = {now}, wanted "
-            f"{(intra, inter)}; 0 means one per core). Import dgno.downstream's functions before other TensorFlow code.",
+            f"{(intra, inter)}; 0 means one per core). Import dgno.experiments.stardist's functions before other TensorFlow code.",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -208,7 +208,7 @@ def load_stardist_model(source: str | Path) -> tuple[Any, str]:
             raise RuntimeError(
                 f"could not fetch the pretrained StarDist model {PRETRAINED_NAME!r} ({type(exc).__name__}: {exc}); it is "
                 "downloaded from GitHub at run time and needs network access. Fix: run where the network is reachable, "
-                "or train a local model (dgno.downstream.train_stardist) and pass its directory"
+                "or train a local model (dgno.experiments.stardist.train_stardist) and pass its directory"
             ) from exc
         if model is None:
             raise RuntimeError(f"StarDist does not know the pretrained model {PRETRAINED_NAME!r} (stardist version mismatch?)")
@@ -243,6 +243,71 @@ def _augment(seed: int):
     return aug
 
 
+def _training_split(images: Sequence[np.ndarray], masks: Sequence[np.ndarray], patch: int) -> tuple[list, list, list, list, int]:
+    """(train images, train masks, validation images, validation masks, number held out), normalised for StarDist.
+
+    One image in five (none when there are fewer than five) is held out; with none held out the
+    training lists themselves are returned for validation.
+    """
+    from stardist import fill_label_holes
+
+    if len(images) != len(masks) or not images:
+        raise ValueError(f"need the same non-zero number of images and masks, got {len(images)} and {len(masks)}")
+    div = 8  # 2 U-Net poolings × grid 2
+    if patch < div or patch % div:
+        raise ValueError(f"patch={patch!r}: must be a positive multiple of {div} (U-Net depth 2 × grid 2)")
+    for i, (x, y) in enumerate(zip(images, masks)):
+        if x.shape[:2] != y.shape or min(y.shape) < patch:
+            raise ValueError(
+                f"image {i}: shape {x.shape} / mask {y.shape} must match and be at least {patch}×{patch} (the patch)"
+            )
+    xs = [normalise_for_stardist(x) for x in images]
+    ys = [fill_label_holes(np.asarray(y).astype(np.int32)) for y in masks]
+    n_val = len(xs) // 5
+    train_x, train_y = xs[: len(xs) - n_val], ys[: len(ys) - n_val]
+    val_x, val_y = (xs[len(xs) - n_val :], ys[len(ys) - n_val :]) if n_val else (train_x, train_y)
+    return train_x, train_y, val_x, val_y, n_val
+
+
+def _config(*, n_rays: int, patch: int, learning_rate: float, epochs: int, steps_per_epoch: int):
+    """The small StarDist2D of the demo: U-Net depth 2, 16 base filters, grid 2×2, batch 4."""
+    from stardist.models import Config2D
+
+    return Config2D(
+        n_rays=n_rays,
+        grid=(2, 2),
+        n_channel_in=1,
+        unet_n_depth=2,
+        unet_n_filter_base=16,
+        net_conv_after_unet=64,
+        train_patch_size=(patch, patch),
+        train_batch_size=4,
+        train_learning_rate=learning_rate,
+        train_epochs=epochs,
+        train_steps_per_epoch=steps_per_epoch,
+        train_tensorboard=False,
+        train_reduce_lr=None,
+    )
+
+
+def _model_info(model, *, dataset: str, n_train: int, n_val: int, seconds: float, **settings: Any) -> dict[str, Any]:
+    """What ``dgno_stardist.json`` says about a model trained here: data, settings, thresholds."""
+    return {
+        "source": f"StarDist2D trained by dgno on {dataset} train split",
+        "dataset": dataset,
+        "n_train_images": n_train,
+        "n_validation_images": n_val,
+        "validation": "held-out training images" if n_val else "the training images themselves (fewer than 5 images)",
+        **settings,
+        "grid": [2, 2],
+        "unet_n_depth": 2,
+        "unet_n_filter_base": 16,
+        "normalisation": f"csbdeep normalize(img, {PERCENTILES[0]}, {PERCENTILES[1]})",
+        "thresholds": dict(model.thresholds._asdict()),
+        "train_seconds": round(seconds, 1),
+    }
+
+
 def train_stardist(
     images: Sequence[np.ndarray],
     masks: Sequence[np.ndarray],
@@ -268,45 +333,15 @@ def train_stardist(
     _import_stardist()
     import keras
     import tensorflow as tf
-    from stardist import fill_label_holes
-    from stardist.models import Config2D, StarDist2D
+    from stardist.models import StarDist2D
 
-    if len(images) != len(masks) or not images:
-        raise ValueError(f"need the same non-zero number of images and masks, got {len(images)} and {len(masks)}")
-    div = 8  # 2 U-Net poolings × grid 2
-    if patch < div or patch % div:
-        raise ValueError(f"patch={patch!r}: must be a positive multiple of {div} (U-Net depth 2 × grid 2)")
-    for i, (x, y) in enumerate(zip(images, masks)):
-        if x.shape[:2] != y.shape or min(y.shape) < patch:
-            raise ValueError(
-                f"image {i}: shape {x.shape} / mask {y.shape} must match and be at least {patch}×{patch} (the patch)"
-            )
-    xs = [normalise_for_stardist(x) for x in images]
-    ys = [fill_label_holes(np.asarray(y).astype(np.int32)) for y in masks]
-    n_val = len(xs) // 5
-    train_x, train_y = xs[: len(xs) - n_val], ys[: len(ys) - n_val]
-    val_x, val_y = (xs[len(xs) - n_val :], ys[len(ys) - n_val :]) if n_val else (train_x, train_y)
-
+    train_x, train_y, val_x, val_y, n_val = _training_split(images, masks, patch)
     out_dir = Path(out_dir)
     tmp = out_dir.parent / f"{out_dir.name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    conf = Config2D(
-        n_rays=n_rays,
-        grid=(2, 2),
-        n_channel_in=1,
-        unet_n_depth=2,
-        unet_n_filter_base=16,
-        net_conv_after_unet=64,
-        train_patch_size=(patch, patch),
-        train_batch_size=4,
-        train_learning_rate=learning_rate,
-        train_epochs=epochs,
-        train_steps_per_epoch=steps_per_epoch,
-        train_tensorboard=False,
-        train_reduce_lr=None,
-    )
+    conf = _config(n_rays=n_rays, patch=patch, learning_rate=learning_rate, epochs=epochs, steps_per_epoch=steps_per_epoch)
     keras.utils.set_random_seed(seed)  # python, numpy and TensorFlow generators (weights, patches)
     tf.config.experimental.enable_op_determinism()  # same seed → same model, so reruns reproduce the table
     log_path = tmp.parent / f"{tmp.name}.log"
@@ -317,26 +352,8 @@ def train_stardist(
             model.train(train_x, train_y, validation_data=(val_x, val_y), augmenter=_augment(seed), seed=seed)
             model.optimize_thresholds(val_x, val_y, predict_kwargs={"show_tile_progress": False}, optimize_kwargs={"verbose": 0})
         shutil.move(log_path, tmp / "train.log")
-        description = f"StarDist2D trained by dgno on {dataset} train split"
-        info = {
-            "source": description,
-            "dataset": dataset,
-            "n_train_images": len(train_x),
-            "n_validation_images": n_val,
-            "validation": "held-out training images" if n_val else "the training images themselves (fewer than 5 images)",
-            "epochs": epochs,
-            "steps_per_epoch": steps_per_epoch,
-            "patch": patch,
-            "n_rays": n_rays,
-            "grid": [2, 2],
-            "unet_n_depth": 2,
-            "unet_n_filter_base": 16,
-            "learning_rate": learning_rate,
-            "seed": seed,
-            "normalisation": f"csbdeep normalize(img, {PERCENTILES[0]}, {PERCENTILES[1]})",
-            "thresholds": dict(model.thresholds._asdict()),
-            "train_seconds": round(time.perf_counter() - start, 1),
-        }
+        settings = dict(epochs=epochs, steps_per_epoch=steps_per_epoch, patch=patch, n_rays=n_rays, learning_rate=learning_rate, seed=seed)
+        info = _model_info(model, dataset=dataset, n_train=len(train_x), n_val=n_val, seconds=time.perf_counter() - start, **settings)
         write_json(tmp / MODEL_INFO, info)
         replace_dir(tmp, out_dir)
     except BaseException:

@@ -7,12 +7,12 @@ a job never holds GPUs it does not use or starts more processes than it has GPUs
 the launch path is tested without GPUs.
 
 With more than one process, the rule's script replaces itself (``exec``) by
-``python -m torch.distributed.run --standalone --nproc_per_node=N -m dgno.launch JOB``, where JOB
+``python -m torch.distributed.run --standalone --nproc_per_node=N -m dgno.train JOB``, where JOB
 is the JSON of exactly the arguments the one-process path passes to :func:`dgno.train.train`, so
-both paths train the same recipe, write the same files and resume from the same checkpoint. Exec,
-not a child process, leaves one process between the job's shell and the trainers: SLURM's
-time-limit SIGTERM reaches torchrun, which passes it on to the trainers and waits for them (up to
-30 s) while they write their checkpoint.
+both paths train the same recipe, write the same files and resume from the same checkpoint (each
+process runs ``dgno/train/__main__.py``). Exec, not a child process, leaves one process between the
+job's shell and the trainers: SLURM's time-limit SIGTERM reaches torchrun, which passes it on to the
+trainers and waits for them (up to 30 s) while they write their checkpoint.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def torchrun_argv(n: int, job: str) -> list[str]:
     torchrun is run as ``python -m torch.distributed.run`` with this interpreter, so the trainers use
     the same environment as the rule whatever is first on PATH.
     """
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", "-m", "dgno.launch", job]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", "-m", "dgno.train", job]
 
 
 def exec_torchrun(n: int, job: str, log_path: str | Path) -> None:
@@ -87,29 +87,3 @@ def exec_torchrun(n: int, job: str, log_path: str | Path) -> None:
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, set here so it does not warn about it
     os.write(2, f"dgno: training with {n} processes: {' '.join(argv[:-1])} JOB\n".encode())
     os.execve(sys.executable, argv, env)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """One torchrun process: run the training described by the JSON job (see :func:`job_spec`)."""
-    from dgno.cli import INTERRUPTED_EXIT
-    from dgno.train import Interrupted, ModelChoice, TrainConfig, train
-
-    (job,) = argv if argv is not None else sys.argv[1:]
-    spec = json.loads(job)
-    try:
-        train(
-            spec["data_dir"],
-            spec["out_dir"],
-            model_choice=ModelChoice(**spec["model_choice"]),
-            levels=spec["levels"],
-            cfg=TrainConfig.from_dict(spec["cfg"]),
-        )
-    except Interrupted as err:  # SIGTERM: checkpoint written; the job fails and Snakemake's retry resumes
-        if os.environ.get("RANK", "0") == "0":  # one line in the job log, not one per process
-            print(f"{err}; the retry resumes from it", file=sys.stderr)
-        return INTERRUPTED_EXIT
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

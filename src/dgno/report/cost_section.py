@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dgno.report.psnr_params import published_params
 from dgno.report.render import (
     Cell,
     Table,
@@ -22,8 +23,6 @@ def cost_table(results: Path, methods: list[str], method_cfgs: dict[str, dict], 
     paper (its GG/LG/DGNO table) or else in the baseline's original paper (paper_values.yaml,
     `baseline_params`, each with its source); methods without a printed count show none.
     """
-    from dgno.analysis.cost import published_params
-
     path = results / "tables" / "model_summary.csv"
     if not path.exists():
         return None
@@ -139,54 +138,46 @@ def _paper_ratio(prows: dict, size: float, metric: str) -> float | None:
     return a / b if a and b else None
 
 
-def speed_tables(forward: pd.DataFrame, train: pd.DataFrame, prows: dict, file: str, device: str) -> list[Table]:
-    """Tables of one ``bench_gpu_speed.py`` file: the paper's protocol, inference per batch/precision, training.
+def _paper_protocol_table(auto: pd.DataFrame, dgno: list, prows: dict, file: str, device: str) -> Table:
+    """Batch 1, float32, forward with autograd on (the protocol of the paper's memory column), beside the paper."""
+    sizes = sorted(int(n) for n in auto["size"].unique())
+    table = Table(columns=[(f"{int(n)} px", m) for n in sizes for m in ("img/s", "peak GB")])
+    for model, g in auto.groupby("model", sort=False):
+        g = g.assign(size=g["size"].astype(int)).set_index("size")
+        key = "dgno" if str(model).startswith("dgno") else str(model).split(" [")[0]
+        cells = []
+        for n, metric in table.columns:
+            size, pcell = int(n.split()[0]), prows.get(f"s{int(n.split()[0])}", {}).get(key, {})
+            if size not in g.index:
+                cells.append(Cell(measured=None, paper=pcell.get("img_per_s" if metric == "img/s" else "mem_gb"), digits=2))
+            elif metric == "img/s":
+                cells.append(Cell(measured=float(g.loc[size, "images_per_second"]), paper=pcell.get("img_per_s"), digits=2))
+            else:
+                cells.append(Cell(measured=float(g.loc[size, "peak_memory_mb"]) / 1024, paper=pcell.get("mem_gb"), digits=2))
+        table.rows.append((str(model), cells))
+    for model in dgno:
+        cells = []
+        for n, metric in table.columns:
+            size = int(n.split()[0])
+            column, pmetric = ("images_per_second", "img_per_s") if metric == "img/s" else ("peak_memory_mb", "mem_gb")
+            cells.append(
+                Cell(measured=_ratio_to(auto, model, "restormer", size, column), paper=_paper_ratio(prows, size, pmetric), digits=2)
+            )
+        if any(c.measured is not None for c in cells):
+            table.rows.append((f"{model} ÷ Restormer", cells))
+    table.caption = (
+        "The paper's protocol, as found by the benchmark: batch 1, float32, eager forward pass with autograd on "
+        "(no torch.no_grad), peak CUDA memory allocated. Under it the measured memory matches the paper's column for "
+        "DGNO, Restormer and MPT (the other protocols recorded in the file's 'memory' list do not). "
+        "Paper values (beside each measured value) are the paper's Table 11 (its GPU is not stated in the table); ratio rows: the paper's DGNO ÷ Restormer. "
+        + _provenance(auto, file, device)
+    )
+    return table
 
-    * paper protocol (mode "autograd"): batch 1, float32, forward with autograd on — the protocol whose
-      peak memory reproduces the paper's memory column — beside the paper's GB / img/s, with the
-      DGNO ÷ Restormer ratios beside the paper's ratios;
-    * inference without autograd, for each (batch, precision): each model's fastest way to run
-      (eager, CUDA-graph replay or torch.compile; the mode is named), and the ratios to Restormer;
-    * training steps: ms per iteration, hours per 60 k iterations, peak memory.
-    """
+
+def _inference_tables(fast: pd.DataFrame, dgno: list, prows: dict, file: str, device: str) -> list[Table]:
+    """One table per (batch, precision): each model's fastest way to run without autograd, and the ratios to Restormer."""
     tables = []
-    dgno = [m for m in dict.fromkeys(forward["model"]) if str(m).startswith("dgno")]
-    auto = forward[forward["mode"] == "autograd"]
-    if not auto.empty:
-        sizes = sorted(int(n) for n in auto["size"].unique())
-        table = Table(columns=[(f"{int(n)} px", m) for n in sizes for m in ("img/s", "peak GB")])
-        for model, g in auto.groupby("model", sort=False):
-            g = g.assign(size=g["size"].astype(int)).set_index("size")
-            key = "dgno" if str(model).startswith("dgno") else str(model).split(" [")[0]
-            cells = []
-            for n, metric in table.columns:
-                size, pcell = int(n.split()[0]), prows.get(f"s{int(n.split()[0])}", {}).get(key, {})
-                if size not in g.index:
-                    cells.append(Cell(measured=None, paper=pcell.get("img_per_s" if metric == "img/s" else "mem_gb"), digits=2))
-                elif metric == "img/s":
-                    cells.append(Cell(measured=float(g.loc[size, "images_per_second"]), paper=pcell.get("img_per_s"), digits=2))
-                else:
-                    cells.append(Cell(measured=float(g.loc[size, "peak_memory_mb"]) / 1024, paper=pcell.get("mem_gb"), digits=2))
-            table.rows.append((str(model), cells))
-        for model in dgno:
-            cells = []
-            for n, metric in table.columns:
-                size = int(n.split()[0])
-                column, pmetric = ("images_per_second", "img_per_s") if metric == "img/s" else ("peak_memory_mb", "mem_gb")
-                cells.append(
-                    Cell(measured=_ratio_to(auto, model, "restormer", size, column), paper=_paper_ratio(prows, size, pmetric), digits=2)
-                )
-            if any(c.measured is not None for c in cells):
-                table.rows.append((f"{model} ÷ Restormer", cells))
-        table.caption = (
-            "The paper's protocol, as found by the benchmark: batch 1, float32, eager forward pass with autograd on "
-            "(no torch.no_grad), peak CUDA memory allocated. Under it the measured memory matches the paper's column for "
-            "DGNO, Restormer and MPT (the other protocols recorded in the file's 'memory' list do not). "
-            "Paper values (beside each measured value) are the paper's Table 11 (its GPU is not stated in the table); ratio rows: the paper's DGNO ÷ Restormer. "
-            + _provenance(auto, file, device)
-        )
-        tables.append(table)
-    fast = forward[forward["mode"].isin(["eager", "graphs", "compile"])]
     for (batch, bf16), sub in fast.groupby(["batch", "amp_bf16"], sort=True):
         best = sub.sort_values("images_per_second").groupby(["model", "size"], as_index=False).last()
         best["size"] = best["size"].astype(int)
@@ -218,21 +209,73 @@ def speed_tables(forward: pd.DataFrame, train: pd.DataFrame, prows: dict, file: 
             "DGNO ÷ Restormer throughput ratio beside the measured one. " + _provenance(sub, file, device)
         )
         tables.append(table)
-    if not train.empty:
-        table = Table(columns=[("step", "ms/it"), ("60 k iterations", "hours"), ("peak", "GB")])
-        for r in train.itertuples():
-            label = f"{r.model}, batch {int(r.batch)} at {int(r.size)} px, {'bf16 autocast' if r.amp_bf16 else 'float32'}{', TF32 matmul' if '+tf32' in str(r.mode) else ''}"
-            sec_it = float(r.seconds_per_iteration)
-            gb = None if pd.isna(r.peak_memory_mb) else float(r.peak_memory_mb) / 1024
-            table.rows.append(
-                (
-                    label,
-                    [Cell(measured=1e3 * sec_it, digits=1), Cell(measured=60000 * sec_it / 3600, digits=2), Cell(measured=gb, digits=1)],
-                )
-            )
-        table.caption = "Training steps (forward, multi-scale L1 + FFT loss, backward, AdamW). " + _provenance(train, file, device)
-        tables.append(table)
     return tables
+
+
+def _training_table(train: pd.DataFrame, file: str, device: str) -> Table:
+    """Training steps: ms per iteration, hours per 60 k iterations, peak memory."""
+    table = Table(columns=[("step", "ms/it"), ("60 k iterations", "hours"), ("peak", "GB")])
+    for r in train.itertuples():
+        label = f"{r.model}, batch {int(r.batch)} at {int(r.size)} px, {'bf16 autocast' if r.amp_bf16 else 'float32'}{', TF32 matmul' if '+tf32' in str(r.mode) else ''}"
+        sec_it = float(r.seconds_per_iteration)
+        gb = None if pd.isna(r.peak_memory_mb) else float(r.peak_memory_mb) / 1024
+        table.rows.append(
+            (
+                label,
+                [Cell(measured=1e3 * sec_it, digits=1), Cell(measured=60000 * sec_it / 3600, digits=2), Cell(measured=gb, digits=1)],
+            )
+        )
+    table.caption = "Training steps (forward, multi-scale L1 + FFT loss, backward, AdamW). " + _provenance(train, file, device)
+    return table
+
+
+def speed_tables(forward: pd.DataFrame, train: pd.DataFrame, prows: dict, file: str, device: str) -> list[Table]:
+    """Tables of one ``bench_gpu_speed.py`` file: the paper's protocol, inference per batch/precision, training.
+
+    * paper protocol (mode "autograd"): batch 1, float32, forward with autograd on — the protocol whose
+      peak memory reproduces the paper's memory column — beside the paper's GB / img/s, with the
+      DGNO ÷ Restormer ratios beside the paper's ratios;
+    * inference without autograd, for each (batch, precision): each model's fastest way to run
+      (eager, CUDA-graph replay or torch.compile; the mode is named), and the ratios to Restormer;
+    * training steps: ms per iteration, hours per 60 k iterations, peak memory.
+    """
+    dgno = [m for m in dict.fromkeys(forward["model"]) if str(m).startswith("dgno")]
+    auto = forward[forward["mode"] == "autograd"]
+    tables = [_paper_protocol_table(auto, dgno, prows, file, device)] if not auto.empty else []
+    tables += _inference_tables(forward[forward["mode"].isin(["eager", "graphs", "compile"])], dgno, prows, file, device)
+    if not train.empty:
+        tables.append(_training_table(train, file, device))
+    return tables
+
+
+def _bench_table(sub: pd.DataFrame, file: str, device: str, prows: dict) -> Table:
+    """One ``dgno bench`` file's forward passes: img/s and peak memory per size, beside the paper's on a GPU."""
+    sizes = sorted(sub["size"].unique())
+    table = Table(columns=[(f"{int(n)} px", m) for n in sizes for m in ("img/s", "peak GB")])
+    gpu = str(device).startswith("cuda")
+    for model, g in sub.groupby("model", sort=False):
+        g = g.set_index("size")
+        key = "dgno" if str(model).startswith("dgno") else str(model)
+        cells = []
+        for n, metric in table.columns:
+            size = int(n.split()[0])
+            pcell = prows.get(f"s{size}", {}).get(key, {}) if gpu else {}
+            if size not in g.index:
+                cells.append(Cell(measured=None, paper=None, digits=2))
+            elif metric == "img/s":
+                cells.append(Cell(measured=float(g.loc[size, "images_per_second"]), paper=pcell.get("img_per_s"), digits=2))
+            else:
+                mb = g.loc[size, "peak_memory_mb"]
+                cells.append(Cell(measured=None if pd.isna(mb) else float(mb) / 1024, paper=pcell.get("mem_gb"), digits=2))
+        table.rows.append((f"{model} ({g['scale'].iloc[0]} scale)", cells))
+    commits = sorted({str(c) for c in sub.get("commit", pd.Series(["unknown"])).fillna("unknown")})
+    dates = sorted({str(d)[:10] for d in sub.get("recorded_utc", pd.Series(["unknown"])).fillna("unknown")})
+    table.caption = (
+        f"Recorded benchmark (not measured in this run): file benchmarks/results/{file}, commit {', '.join(commits)}, device {device}, "
+        f"recorded {', '.join(dates)}; batch 1, forward pass without autograd; peak memory = {sub['memory'].iloc[0]}."
+        + (" Paper values (GB / img/s, GPU and precision not stated in the paper) are shown below the measured ones." if gpu else "")
+    )
+    return table
 
 
 def runtime_section(results: Path) -> tuple[Section, bool]:
@@ -269,32 +312,7 @@ def runtime_section(results: Path) -> tuple[Section, bool]:
     sec.tables.extend(sorted(speed_out, key=lambda t: (not t.caption.startswith("The paper's protocol"), t.caption.startswith("Training"))))
     forward = forward[forward["mode"].isna()] if "mode" in forward else forward
     for (file, device), sub in forward.groupby(["file", "device"], sort=False):
-        sizes = sorted(sub["size"].unique())
-        table = Table(columns=[(f"{int(n)} px", m) for n in sizes for m in ("img/s", "peak GB")])
-        gpu = str(device).startswith("cuda")
-        for model, g in sub.groupby("model", sort=False):
-            g = g.set_index("size")
-            key = "dgno" if str(model).startswith("dgno") else str(model)
-            cells = []
-            for n, metric in table.columns:
-                size = int(n.split()[0])
-                pcell = prows.get(f"s{size}", {}).get(key, {}) if gpu else {}
-                if size not in g.index:
-                    cells.append(Cell(measured=None, paper=None, digits=2))
-                elif metric == "img/s":
-                    cells.append(Cell(measured=float(g.loc[size, "images_per_second"]), paper=pcell.get("img_per_s"), digits=2))
-                else:
-                    mb = g.loc[size, "peak_memory_mb"]
-                    cells.append(Cell(measured=None if pd.isna(mb) else float(mb) / 1024, paper=pcell.get("mem_gb"), digits=2))
-            table.rows.append((f"{model} ({g['scale'].iloc[0]} scale)", cells))
-        commits = sorted({str(c) for c in sub.get("commit", pd.Series(["unknown"])).fillna("unknown")})
-        dates = sorted({str(d)[:10] for d in sub.get("recorded_utc", pd.Series(["unknown"])).fillna("unknown")})
-        table.caption = (
-            f"Recorded benchmark (not measured in this run): file benchmarks/results/{file}, commit {', '.join(commits)}, device {device}, "
-            f"recorded {', '.join(dates)}; batch 1, forward pass without autograd; peak memory = {sub['memory'].iloc[0]}."
-            + (" Paper values (GB / img/s, GPU and precision not stated in the paper) are shown below the measured ones." if gpu else "")
-        )
-        sec.tables.append(table)
+        sec.tables.append(_bench_table(sub, file, device, prows))
     train = frame[(frame["kind"] == "train") & modes.isna()]
     for _, r in train.iterrows():
         sec.notes.append(

@@ -16,10 +16,12 @@ from typing import Any
 import torch
 
 from dgno import provenance
+from dgno.checkpoint import pick_device
 from dgno.io import write_json
 from dgno.layers.mambair import set_scan_backend
+from dgno.models.outputs import as_outputs
 from dgno.models.registry import build_model
-from dgno.train import as_outputs, pick_device, restoration_loss
+from dgno.train.losses import restoration_loss
 
 
 def _reset_peak(device: torch.device) -> None:

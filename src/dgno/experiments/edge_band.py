@@ -32,7 +32,7 @@ def edge_band_table(
 
     Restored images are read from ``eval_root/<method>/<level>/restored/<id>.tif``; the blurred
     input is scored as method 'input', read from the dataset itself (the evaluation of the input
-    writes no copy of it: dgno.evaluate writes restored images only where a later rule reads them).
+    writes no copy of it: dgno.inference.evaluate writes restored images only where a later rule reads them).
     """
     data_dir, eval_root = Path(data_dir), Path(eval_root)
     norm = dataset_normalisation(data_dir)

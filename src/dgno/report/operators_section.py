@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dgno.report.cost import cost_table
+from dgno.report.cost_section import cost_table
 from dgno.report.render import (
     Cell,
     Table,
@@ -139,7 +139,23 @@ def operator_maps_caption(results: Path, dataset: str) -> str:
     return text
 
 
+def _gain_verdicts(summaries: pd.DataFrame, ds: str, methods: list[str], mcfg: dict, gg: str | None, labels: dict, prows: dict, levels: list[str]) -> list[str]:
+    """The verdict on each DG variant's PSNR gain over GG, beside the paper's gain where it prints both."""
+    verdicts = []
+    for m in methods:
+        if gg and mcfg[m]["model"].startswith("dgno"):
+            pg = None
+            pm, pgg = paper_row(prows, mcfg[m], m), paper_row(prows, mcfg[gg], gg)
+            if pm.get("psnr") is not None and pgg.get("psnr") is not None:
+                pg = pm["psnr"] - pgg["psnr"]
+            v = gain_verdict(summaries, ds, m, gg, labels, pg, levels)
+            if v:
+                verdicts.append(v)
+    return verdicts
+
+
 def operators_section(config: dict, summaries: pd.DataFrame, results: Path) -> Section:
+    """GG vs LG vs DGNO: metrics, edge-band gains, cost, effective rank and operator maps, with verdicts."""
     exp = config["experiments"]["operators"]
     ds, methods = exp["dataset"], exp["methods"]
     mcfg = config["methods"]
@@ -150,15 +166,7 @@ def operators_section(config: dict, summaries: pd.DataFrame, results: Path) -> S
     labels = {m: mcfg[m].get("label", m) for m in methods}
     gg = next((m for m in methods if mcfg[m]["model"] == "gg"), None)
     prows = paper.get("rows", {})
-    for m in methods:
-        if gg and mcfg[m]["model"].startswith("dgno"):
-            pg = None
-            pm, pgg = paper_row(prows, mcfg[m], m), paper_row(prows, mcfg[gg], gg)
-            if pm.get("psnr") is not None and pgg.get("psnr") is not None:
-                pg = pm["psnr"] - pgg["psnr"]
-            v = gain_verdict(summaries, ds, m, gg, labels, pg, levels[ds])
-            if v:
-                sec.verdicts.append(v)
+    sec.verdicts += _gain_verdicts(summaries, ds, methods, mcfg, gg, labels, prows, levels[ds])
     extra = edge_band_values(results, ds)
     sec.tables.append(metric_table(summaries, datasets=[ds], methods=methods, method_cfgs=mcfg, levels=levels, metrics=["psnr", "ssim", "lpips"], paper_rows=prows))
     if extra:

