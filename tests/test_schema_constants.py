@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import pytest
 
+from dgno.checkpoint import pick_device
 from dgno.data import bbbc006, demo, paired_sets
+from dgno.experiments import nonblind_settings as nonblind
+from dgno.inference.tiling import BLENDS
 from dgno.layers import blocks, flux
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import LIFTING_BLOCKS, SCALES, list_models, model_spec
-from dgno.optics import nonblind, seidel
+from dgno.optics import seidel
 from dgno.report.downstream import DECONV_ROWS
-from dgno.tiling import BLENDS
-from dgno.train import TrainConfig, pick_device
+from dgno.train import TrainConfig
 from dgno.workflow import config as workflow_config
 from dgno.workflow.settings import DECONV_LABELS
 
