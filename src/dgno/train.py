@@ -9,7 +9,9 @@ evaluation and ``dgno deblur`` rebuild the network from the file alone.
 Crops are cut by a background thread (``prefetch`` batches ahead) so a GPU does not wait for
 numpy. Launched by ``torchrun`` with several processes, the same function trains data-parallel
 (DistributedDataParallel): ``batch_size`` stays the batch of one optimizer step and is split
-over the ranks, each rank draws its own crops, and only rank 0 writes files.
+over the ranks: every rank cuts the step's whole batch from one seeded stream and trains on its
+share, so a run gives the weights of a one-process run whatever the number of processes (up to
+float rounding), and only rank 0 writes files.
 """
 
 from __future__ import annotations
@@ -321,6 +323,11 @@ class Ranks:
         """Rank 0 alone writes checkpoints, metrics, the model file and progress output."""
         return self.rank == 0
 
+    def share(self, batch: int) -> slice:
+        """This rank's part of a step's batch (check_batches makes it split evenly)."""
+        per = batch // self.world
+        return slice(self.rank * per, (self.rank + 1) * per)
+
 
 def _setup_distributed(ranks: Ranks, device: torch.device) -> tuple[torch.device, bool]:
     """Join the process group (NCCL on CUDA, gloo on CPU); return this rank's device and whether we
@@ -334,13 +341,6 @@ def _setup_distributed(ranks: Ranks, device: torch.device) -> tuple[torch.device
         return device, False
     dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return device, True
-
-
-def _rank_seed(seed: int, rank: int) -> int | np.random.SeedSequence:
-    """Crop seed of one rank: rank 0 keeps `seed` (a one-process run is unchanged), the others get
-    independent streams spawned from it, so ranks never cut the same crops and a run with seed s
-    never repeats the streams of a run with seed s + 1."""
-    return seed if rank == 0 else np.random.SeedSequence(seed, spawn_key=(rank,))
 
 
 def _sync_buffers(model: torch.nn.Module, ranks: Ranks) -> None:
@@ -483,11 +483,10 @@ def train(
 
 
 def _resume_rng(state: dict[str, Any], ranks: Ranks) -> dict[str, Any] | None:
-    """This rank's saved sampler/torch RNG states, or None when the checkpoint was written by fewer
-    processes (checkpoints from before data parallelism hold rank 0's only)."""
-    saved = state.get("ranks") or [{"sampler_rng": state["sampler_rng"], "torch_rng": state["torch_rng"]}]
-    if len(saved) != ranks.world and ranks.main:
-        tqdm.write(f"checkpoint was written by {len(saved)} process(es), resuming with {ranks.world}: the crops differ from an uninterrupted run")
+    """This rank's saved torch RNG state, or None when the checkpoint was written by fewer processes
+    (checkpoints from before data parallelism hold rank 0's only). The crop stream is one for all
+    ranks: every rank resumes it from ``state["sampler_rng"]``, whatever the number of processes."""
+    saved = state.get("ranks") or [{"torch_rng": state["torch_rng"]}]
     return saved[ranks.rank] if ranks.rank < len(saved) else None
 
 
@@ -595,7 +594,8 @@ def _train(
 
     pairs, val_pairs, channels = _load_training_data(data_dir, levels, ranks, progress)
     model, ema, net, opt = _build_networks(model_choice, channels, cfg, ranks, device)
-    sampler = CropSampler(pairs, patch=cfg.patch_size, batch_size=cfg.batch_size // ranks.world, seed=_rank_seed(cfg.seed, ranks.rank))
+    # The whole step's batch on every rank, from the same seed: each rank trains on its share of it.
+    sampler = CropSampler(pairs, patch=cfg.patch_size, batch_size=cfg.batch_size, seed=cfg.seed)
     val = _val_batches(val_pairs, cfg)
     spec = {"name": model_choice.name, "scale": model_choice.scale, "hparams": model.hparams, "overrides": model_choice.overrides}
     fingerprint = run_fingerprint(spec, cfg, levels, data_dir)
@@ -615,9 +615,9 @@ def _train(
         model.load_state_dict(state["model"])
         ema.load_state_dict(state["ema"])
         opt.load_state_dict(state["optimizer"])
+        sampler.load_state(state["sampler_rng"])
         rng = _resume_rng(state, ranks)
         if rng is not None:
-            sampler.load_state(rng["sampler_rng"])
             torch.set_rng_state(rng["torch_rng"].cpu())  # map_location may have moved it to the GPU
         start, log_rows = int(state["iteration"]), [list(r) for r in state.get("log", [])]
         if ranks.main:
@@ -662,10 +662,13 @@ def _train(
         for it in bar:
             for g in opt.param_groups:
                 g["lr"] = lr_at(it, cfg)
-            blur, gt = (t.to(device, non_blocking=True) for t in batches.next())
+            blur, gt = batches.next()  # the step's whole batch, the same on every rank
             if cfg.progressive:
                 patch, stage_batch = progressive_stage(it, cfg)
-                blur, gt = cut_batch(blur, gt, patch=patch, batch=max(stage_batch // ranks.world, 1), seed=(cfg.seed * 1_000_003 + it) * 97 + ranks.rank)
+                blur, gt = (t.to(device, non_blocking=True) for t in (blur, gt))
+                blur, gt = cut_batch(blur, gt, patch=patch, batch=stage_batch, seed=(cfg.seed * 1_000_003 + it) * 97)
+            share = ranks.share(blur.shape[0])
+            blur, gt = (t[share].to(device, non_blocking=True) for t in (blur, gt))
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
                 outputs = as_outputs(net(blur))
             loss = restoration_loss([o.float() for o in outputs], gt, fft_weight=cfg.fft_weight)
