@@ -3,28 +3,45 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from dgno.cli import main
 
 
+def _bench(tmp_path, *args: str) -> tuple[list[dict], float]:
+    """Rows of one ``dgno bench`` call and the wall time the call took."""
+    out = tmp_path / "bench.json"
+    t0 = time.perf_counter()
+    assert main(["bench", *args, "--scale", "smoke", "--device", "cpu", "--repeats", "3", "--warmup", "1", "--out", str(out)]) == 0
+    return json.loads(out.read_text())["results"], time.perf_counter() - t0
+
+
+def _measured(rows: list[dict], wall: float, repeats: int = 3) -> None:
+    """Each row's timed runs happened inside the call: `repeats` positive durations that fit in its wall time."""
+    assert all(len(r["times"]) == repeats and min(r["times"]) > 0 for r in rows), rows
+    assert sum(sum(r["times"]) for r in rows) < wall
+
+
 def test_bench_forward_records_scan_backend_and_device(tmp_path, capsys):
-    out = tmp_path / "fwd.json"
-    args = ["bench", "forward", "mambairv2", "--scale", "smoke", "--sizes", "16", "--device", "cpu", "--repeats", "1", "--warmup", "0"]
-    assert main([*args, "--scan-backend", "reference", "--out", str(out)]) == 0
-    (row,) = json.loads(out.read_text())["results"]
-    assert row["scan_backend"] == "reference" and row["size"] == 16 and row["images_per_second"] > 0
-    assert row["provenance"]["device"].startswith("cpu")
+    """A forward pass on 16× the pixels takes longer: the rate measures the model (measured 12× slower)."""
+    rows, wall = _bench(tmp_path, "forward", "mambairv2", "--sizes", "16", "64", "--scan-backend", "reference")
+    small, large = rows
+    assert [small["size"], large["size"]] == [16, 64] and {r["scan_backend"] for r in rows} == {"reference"}
+    _measured(rows, wall)
+    assert small["images_per_second"] > 3 * large["images_per_second"], rows
+    assert small["provenance"]["device"].startswith("cpu")
     assert "forward" in capsys.readouterr().out
 
 
 def test_bench_train_default_keeps_the_models_own_backend(tmp_path):
-    out = tmp_path / "train.json"
-    args = ["bench", "train", "dgno-cell", "--scale", "smoke", "--sizes", "16", "--device", "cpu", "--repeats", "1", "--warmup", "0"]
-    assert main([*args, "--out", str(out)]) == 0
-    (row,) = json.loads(out.read_text())["results"]
-    assert row["scan_backend"] is None and row["iterations_per_second"] > 0
+    """A training step on 64× the pixels takes longer (measured 6.6× slower: a step has fixed costs too)."""
+    rows, wall = _bench(tmp_path, "train", "dgno-cell", "--sizes", "16", "128")
+    small, large = rows
+    assert small["scan_backend"] is None and large["scan_backend"] is None
+    _measured(rows, wall)
+    assert small["iterations_per_second"] > 2 * large["iterations_per_second"], rows
 
 
 def test_bench_scan_backend_on_a_model_without_a_scan_is_an_error():
