@@ -131,15 +131,15 @@ def _biases_before_instance_norm(model: torch.nn.Module) -> set[str]:
 
 
 def _assert_same_training(one: torch.nn.Module, two: torch.nn.Module, data: Path) -> None:
-    """Same weights (measured: 7e-6 apart after the smoke run's 12 steps; 4e-3 when the processes
-    trained on other crops than the one process) and the same restored test images."""
+    """Same weights (measured: at most 7e-6 apart after 12 smoke steps; 1e-3 to 4e-3 when the two
+    processes trained on other crops than the one process) and the same restored test images."""
     weights_one, weights_two = one.state_dict(), two.state_dict()
     assert weights_one.keys() == weights_two.keys()
     free = _biases_before_instance_norm(one)
     assert free and free <= weights_one.keys()  # the rule above still finds them (gg has two)
     for name in weights_one.keys() - free:
         torch.testing.assert_close(weights_one[name], weights_two[name], rtol=1e-4, atol=5e-5, msg=lambda m, name=name: f"{name}: {m}")
-    # What the weights are for: the restored images agree (measured 2e-7 apart; 5e-3 on other crops).
+    # What the weights are for: the restored images agree (measured 2e-7 apart; 5e-3 after other crops).
     restore_one, restore_two = (model_restorer(m, torch.device("cpu"), tile=None, overlap=0) for m in (one, two))
     pairs = load_pairs(data, split="test", levels=["z02"])
     assert pairs
