@@ -3,28 +3,53 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from dgno.cli import main
 
+REPEATS = 5  # timed runs per size: the fastest of them is what a busy machine leaves least changed
+
+
+def _bench(tmp_path, *args: str) -> tuple[list[dict], float]:
+    """Rows of one ``dgno bench`` call and the wall time the call took."""
+    out = tmp_path / "bench.json"
+    t0 = time.perf_counter()
+    assert main(["bench", *args, "--scale", "smoke", "--device", "cpu", "--repeats", str(REPEATS), "--warmup", "1", "--out", str(out)]) == 0
+    return json.loads(out.read_text())["results"], time.perf_counter() - t0
+
+
+def _measured(rows: list[dict], wall: float, rate: str) -> None:
+    """Each row's timed runs happened inside the call (`repeats` positive durations that fit in its wall
+    time) and its rate is one of theirs (between the slowest and the fastest run's)."""
+    for r in rows:
+        assert len(r["times"]) == REPEATS and min(r["times"]) > 0, r
+        per_run = r["batch"] if rate == "images_per_second" else 1
+        assert per_run / max(r["times"]) <= r[rate] <= per_run / min(r["times"]), r
+    assert sum(sum(r["times"]) for r in rows) < wall
+
 
 def test_bench_forward_records_scan_backend_and_device(tmp_path, capsys):
-    out = tmp_path / "fwd.json"
-    args = ["bench", "forward", "mambairv2", "--scale", "smoke", "--sizes", "16", "--device", "cpu", "--repeats", "1", "--warmup", "0"]
-    assert main([*args, "--scan-backend", "reference", "--out", str(out)]) == 0
-    (row,) = json.loads(out.read_text())["results"]
-    assert row["scan_backend"] == "reference" and row["size"] == 16 and row["images_per_second"] > 0
-    assert row["provenance"]["device"].startswith("cpu")
+    """A forward pass on 16× the pixels takes longer: the timings measure the model. Compared on each
+    size's fastest run, which a busy machine only slows down (measured 12× slower, idle and busy)."""
+    rows, wall = _bench(tmp_path, "forward", "mambairv2", "--sizes", "16", "64", "--scan-backend", "reference")
+    small, large = rows
+    assert [small["size"], large["size"]] == [16, 64] and {r["scan_backend"] for r in rows} == {"reference"}
+    _measured(rows, wall, "images_per_second")
+    assert min(large["times"]) > 3 * min(small["times"]), rows
+    assert small["provenance"]["device"].startswith("cpu")
     assert "forward" in capsys.readouterr().out
 
 
 def test_bench_train_default_keeps_the_models_own_backend(tmp_path):
-    out = tmp_path / "train.json"
-    args = ["bench", "train", "dgno-cell", "--scale", "smoke", "--sizes", "16", "--device", "cpu", "--repeats", "1", "--warmup", "0"]
-    assert main([*args, "--out", str(out)]) == 0
-    (row,) = json.loads(out.read_text())["results"]
-    assert row["scan_backend"] is None and row["iterations_per_second"] > 0
+    """A training step on 256× the pixels takes longer (fastest runs; measured 5-30× slower on a busy
+    machine: a step also has fixed costs, and the small one suffers most from a busy CPU)."""
+    rows, wall = _bench(tmp_path, "train", "dgno-cell", "--sizes", "16", "256")
+    small, large = rows
+    assert small["scan_backend"] is None and large["scan_backend"] is None
+    _measured(rows, wall, "iterations_per_second")
+    assert min(large["times"]) > 2 * min(small["times"]), rows
 
 
 def test_bench_scan_backend_on_a_model_without_a_scan_is_an_error():

@@ -10,13 +10,15 @@
   trained here for one step and named through DGNO_STARDIST_PRETRAINED_DIR (the offline copy switch).
 
 tests/rehearsal.yaml shrinks sizes and iterations and keeps one point per experiment and ablation
-grid; the test checks that every rule name of the full paper DAG (its dry run) really ran.
+grid; the test checks that every rule name of the full paper DAG (its dry run) really ran, and that
+the numbers it wrote hold together (`check_*` below: scores, tables, training, analyses).
 Measured: 8 min 13 s and 8 min 41 s on the reference machine (2 CPU cores; 120 jobs, 40 rule names). The fast test
 below (part of `make test`) checks on every run that the overlay still plans every rule of the paper DAG.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -26,6 +28,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -147,4 +151,163 @@ def test_paper_dag_rehearsal(slurm_cluster, bbbc006_server, tmp_path):  # noqa: 
         assert (work / path).exists(), path
     for name in ("BBBC006_v1_images_z_16.zip", "BBBC006_v1_labels.zip", "DPDD.zip", "RealDOF.zip", f"{OFFICIAL_NAME}.pth"):
         assert srv.served(name), f"{name} was never downloaded from the loopback server"
+    # ... and what they hold (helpers below): scores, tables, training curves, analyses, noise sweep.
+    cfg = merged_config(paper, config)
+    summaries = check_scores(work)
+    check_tables(work, cfg, summaries)
+    check_training(work, cfg)
+    check_analyses(work, summaries)
+    check_sensitivity(work, cfg)
     print(f"rehearsal: {len(expected)} rules, snakemake {run_s:.0f} s, whole test {time.perf_counter() - t0:.0f} s")
+
+
+# --- What the rehearsal's numbers must satisfy ----------------------------------------------------
+# Two training steps on miniature fixtures make no model better than its input, so nothing here asks
+# for a good PSNR. What a broken pipeline would leave, and these catch: NaN or out-of-range scores, an
+# input row that is not the blurred images' PSNR, a "restored" image equal to its input, tables whose
+# rows are not the configured datasets × methods × levels or not the numbers of their summaries,
+# pixel counts that do not add up, operation counts that do not grow with the image.
+
+
+def merged_config(*paths: Path) -> dict:
+    """Config files merged as Snakemake merges them: mappings key by key, anything else replaced."""
+
+    def merge(base: dict, over: dict) -> dict:
+        out = dict(base)
+        for key, value in over.items():
+            out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        return out
+
+    cfg: dict = {}
+    for path in paths:
+        cfg = merge(cfg, yaml.safe_load(path.read_text()))
+    return cfg
+
+
+def _test_ids(work: Path, dataset: str) -> list[str]:
+    return sorted(r["id"] for r in csv.DictReader((work / "results" / "data" / dataset / "split.csv").open()) if r["split"] == "test")
+
+
+def _psnr(a: np.ndarray, b: np.ndarray) -> float:
+    return float(10 * np.log10(1.0 / np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2)))
+
+
+def check_scores(work: Path) -> dict[tuple[str, str, str], dict]:
+    """Every evaluation: one finite, plausible score per test image, the summary their mean; the input's
+    PSNR recomputed here from the blurred and sharp files; every method's differs from its input's.
+    Returns the summaries by (dataset, method, level)."""
+    from dgno.data.paired import load_pairs
+
+    summaries = {}
+    for path in sorted((work / "results" / "eval").glob("**/summary.json")):
+        dataset, *method, level = path.parent.relative_to(work / "results" / "eval").parts
+        summary, per_image = json.loads(path.read_text()), pd.read_csv(path.with_name("per_image.csv"))
+        where = f"{path.relative_to(work)}"
+        assert sorted(per_image["id"]) == _test_ids(work, dataset) and summary["n_images"] == len(per_image), where
+        assert per_image["psnr"].between(3, 60).all() and per_image["ssim"].between(-1, 1).all(), (where, per_image)
+        assert summary["psnr"] == pytest.approx(per_image["psnr"].mean(), abs=1e-9), where
+        summaries[dataset, "/".join(method), level] = summary
+        if method == ["input"]:
+            pairs = {p.id: p for p in load_pairs(work / "results" / "data" / dataset, split="test", levels=[level])}
+            for row in per_image.itertuples():
+                assert row.psnr == pytest.approx(_psnr(pairs[row.id].blur, pairs[row.id].gt), abs=1e-6), (where, row.id)
+    assert len(summaries) >= 30, sorted(summaries)
+    for (dataset, method, level), summary in summaries.items():
+        if method != "input":
+            assert abs(summary["psnr"] - summaries[dataset, "input", level]["psnr"]) > 1e-3, (dataset, method, level)
+    return summaries
+
+
+def _rows(work: Path, table: str) -> pd.DataFrame:
+    return pd.read_csv(work / "results" / "tables" / f"{table}.csv")
+
+
+def check_tables(work: Path, cfg: dict, summaries: dict) -> None:
+    """Each results table holds exactly the configured datasets × methods (+ the input) × levels, with
+    the numbers of their evaluations; each ablation table one row per grid point and test level."""
+    exp = cfg["experiments"]
+
+    def levels(ds: str) -> list[str]:  # the tables' levels: the test levels seen in training (else all test levels)
+        d = cfg["datasets"][ds]
+        return [lvl for lvl in d["test_levels"] if lvl in d["train_levels"]] or d["test_levels"]
+
+    expected = {
+        "main": [(ds, exp["main"]["methods"] + ["input"], levels(ds)) for ds in exp["main"]["datasets"]],
+        "defocus": [(ds, exp["defocus"]["methods"] + ["input"], exp["defocus"]["levels"]) for ds in exp["defocus"]["datasets"]],
+        "synthetic": [(ds, exp["synthetic"]["methods"] + ["input"], levels(ds)) for ds in exp["synthetic"]["datasets"]],
+        "lifting": [(exp["lifting"]["dataset"], exp["lifting"]["methods"] + ["input"], levels(exp["lifting"]["dataset"]))],
+        "operators": [(exp["operators"]["dataset"], exp["operators"]["methods"] + ["input"], levels(exp["operators"]["dataset"]))],
+        "nonblind": [
+            (exp["nonblind"]["dataset"], exp["nonblind"]["methods"] + exp["nonblind"]["deconvolution"] + ["input"], levels(exp["nonblind"]["dataset"]))
+        ],
+    }
+    for table, blocks in expected.items():
+        rows = _rows(work, table)
+        want = sorted((ds, m, lvl) for ds, methods, lvls in blocks for m in methods for lvl in lvls)
+        assert sorted(zip(rows["dataset"], rows["method"], rows["level"], strict=True)) == want, table
+        for row in rows.itertuples():
+            assert row.psnr == pytest.approx(summaries[row.dataset, row.method, row.level]["psnr"], abs=1e-9), (table, row)
+    for name, grid in cfg["ablations"].items():
+        points = int(np.prod([len(v) for k, v in grid.items() if isinstance(v, list)]))
+        rows = _rows(work, f"ablation_{name}")
+        assert len(rows) == points * len(levels(grid["dataset"])) and set(rows["dataset"]) == {grid["dataset"]}, name
+        for row in rows.itertuples():
+            assert row.psnr == pytest.approx(summaries[row.dataset, row.method, row.level]["psnr"], abs=1e-9), (name, row)
+
+
+def check_training(work: Path, cfg: dict) -> None:
+    """Every trained model ran its configured steps with finite losses and validation PSNRs."""
+    curves = sorted((work / "results" / "train").glob("**/train_metrics.csv"))
+    assert len(curves) >= 10, curves
+    for path in curves:
+        dataset = path.relative_to(work / "results" / "train").parts[0]
+        iterations = {**cfg["train"], **cfg["datasets"][dataset].get("train", {})}["iterations"]
+        rows = pd.read_csv(path)
+        assert list(rows["iteration"]) == list(range(1, iterations + 1)), path  # log_every 1
+        assert np.isfinite(rows["loss"]).all() and (rows["loss"] > 0).all() and rows["val_psnr"].between(3, 60).all(), (path, rows)
+        blob = torch.load(path.with_name("model.pt"), map_location="cpu", weights_only=True)
+        assert blob["iterations"] == iterations and blob["weights_sha256"], path
+
+
+def check_analyses(work: Path, summaries: dict) -> None:
+    """Edge-band pixels add up to the test images' and the pooled PSNR lies between its parts'; counted
+    operations grow with the pixels; effective ranks within their bounds; APs in [0, 1]; the measured
+    point of the PSNR-vs-parameters figure is a mean of the main table."""
+    from dgno.data.paired import load_pairs
+
+    for path in sorted((work / "results" / "tables").glob("edge_band_*.csv")):
+        rows = pd.read_csv(path).set_index(["dataset", "level", "method", "region"])
+        for (dataset, level, method), part in rows.groupby(level=[0, 1, 2]):
+            px = part["pixels"].droplevel([0, 1, 2])
+            pairs = load_pairs(work / "results" / "data" / dataset, split="test", levels=[level])
+            assert px["edge"] + px["interior"] == px["all"] == sum(p.gt.shape[0] * p.gt.shape[1] for p in pairs), (path.name, method)
+            psnr = part["psnr"].droplevel([0, 1, 2])
+            if px["interior"] and px["edge"]:
+                assert min(psnr["edge"], psnr["interior"]) - 1e-9 <= psnr["all"] <= max(psnr["edge"], psnr["interior"]) + 1e-9, (path.name, method)
+    cost = _rows(work, "cost_vs_resolution")
+    for method, rows in cost.groupby("method"):
+        per_pixel = rows["gflops"] / rows["size"] ** 2
+        assert rows["params"].nunique() == 1 and per_pixel.max() < 1.05 * per_pixel.min(), (method, rows)
+    summary = _rows(work, "model_summary").set_index("method")["params"]
+    assert {m: int(p) for m, p in cost.groupby("method")["params"].first().items()} == {m: int(summary[m]) for m in set(cost["method"])}
+    ranks = pd.concat([pd.read_csv(p) for p in (work / "results" / "tables").glob("effective_rank_*.csv")])
+    assert ((ranks["erank"] >= 1) & (ranks["erank"] <= np.minimum(ranks["channels"], ranks["tokens"]))).all(), ranks
+    stardist = pd.concat([pd.read_csv(p) for p in (work / "results" / "tables").glob("stardist_*.csv")])
+    assert {"sharp", "blurred"} <= set(stardist["condition"]) and stardist[["ap50", "ap70", "ap90", "map"]].stack().between(0, 1).all()
+    measured = _rows(work, "psnr_vs_params").query("kind == 'measured'")
+    main = _rows(work, "main")
+    for row in measured.itertuples():
+        means = main[main["method"] == row.method].groupby("dataset")["psnr"].mean()
+        assert any(abs(m - row.psnr) < 1e-9 for m in means), (row, means)
+
+
+def check_sensitivity(work: Path, cfg: dict) -> None:
+    """The noise sweep: one row per read-noise level and restoration, and a noise estimate that does not
+    fall as the added read noise grows."""
+    nb = cfg["experiments"]["nonblind"]
+    rows = pd.read_csv(work / "results" / "nonblind" / nb["dataset"] / "sensitivity.csv")
+    methods = ["input", *nb["deconvolution"], *nb["methods"]]
+    assert sorted(zip(rows["read_sigma"], rows["method"], strict=True)) == sorted((s, m) for s in nb["sensitivity_read_sigmas"] for m in methods)
+    assert rows["psnr"].between(3, 60).all(), rows
+    hats = rows.groupby("read_sigma")["sigma_hat"].first().sort_index()
+    assert hats.is_monotonic_increasing and (hats > 0).all(), hats

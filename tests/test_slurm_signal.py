@@ -1,15 +1,18 @@
-"""SLURM's time-limit warning reaches `dgno train`, which checkpoints and fails; the retry resumes.
+"""SLURM's time-limit warning reaches the workflow's `train` rule, which checkpoints and fails; the retry resumes.
 
-Real single-node SLURM (tests/slurm_cluster.py), real `slurm` + `slurm-test` profiles, the
-profile's own `--signal=TERM@<s>` option with a shorter offset: a one-minute job gets SIGTERM
-well before its limit, exactly as a 24 h training job gets it two minutes before. The signal
-goes to the job step (srun) that runs Snakemake's job and, through it, to the training process.
-Training runs "forever" (a huge iteration count, no periodic checkpoints), so the only
-checkpoints are those written on SIGTERM, and both attempts must end that way.
+Real single-node SLURM (tests/slurm_cluster.py), the real Snakefile, `train` rule and
+workflow/scripts/train.py, through the real `slurm` + `slurm-test` profiles with the profile's own
+`--signal=TERM@<s>` option at a shorter offset: a three-minute job gets SIGTERM well before its
+limit, as a 24 h training job gets it two minutes before. The signal goes to every process of the
+job step: the Snakemake that runs the job, the shell the Snakefile's prefix traps it in, and the
+training. The data are prepared first without SLURM, so only the training is a cluster job.
+Training runs "forever" (a huge iteration count, no periodic checkpoints), so the only checkpoints
+are those written on SIGTERM, and both attempts must end that way.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -17,61 +20,73 @@ from pathlib import Path
 
 import torch
 import yaml
-from conftest import write_tiny_dataset
+from conftest import ROOT
 
 pytest_plugins = ["slurm_cluster"]
 
 from slurm_cluster import terminate_with_parent  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-SIGNAL_AT_S = 35  # seconds before the 1-minute limit: leaves time to start Python and torch first
+TARGET = "results/train/nuclei/gg/model.pt"
+RULE_LOG = "results/logs/train/nuclei/gg.log"
+# SLURM may send the signal up to a minute before `limit - offset` (sbatch(1): "the resolution of event
+# handling"): here 50-110 s after the start (measured: 84 and 95 s). That leaves at least 50 s for the
+# job's Snakemake, Python and torch to start (measured: training from about 10 s on) and 70 s after the
+# signal for the checkpoint (under a second) before the kill at the limit.
+RUNTIME_MIN = 3
+SIGNAL_AT_S = 70
+
+
+def _config(tmp_path: Path) -> Path:
+    """The SLURM smoke config cut down to one dataset and GG, training 'forever' without checkpoints."""
+    cfg = yaml.safe_load((ROOT / "tests" / "smoke_slurm.yaml").read_text())
+    cfg["methods"] = {"gg": cfg["methods"]["gg"]}
+    cfg["experiments"] = {"operators": {"dataset": "nuclei", "methods": ["gg"]}}
+    cfg["train"].update(iterations=10**9, checkpoint_every=10**9, val_every=10**9, log_every=10**9)
+    path = tmp_path / "forever.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _snakemake(tmp_path: Path, config: Path, *args: str, env: dict, timeout: int) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "snakemake", TARGET, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path / "run")]
+    cmd += ["--configfile", str(config), *args]  # (options taking several values last: the target first)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, preexec_fn=terminate_with_parent)
 
 
 def test_time_limit_signal_checkpoints_and_retry_resumes(slurm_cluster, tmp_path):
-    data = write_tiny_dataset(tmp_path / "tiny")
-    cfg = yaml.safe_load((ROOT / "tests" / "smoke.yaml").read_text())
-    cfg["train"].update(checkpoint_every=10**9, val_every=10**9, log_every=10**9)
-    (tmp_path / "train.yaml").write_text(yaml.safe_dump(cfg))
-    # The workflow's own shell prefix (the trap that keeps bash alive until training has stopped).
-    prefix = re.search(r"^shell\.prefix\((?:.|\n)*?\)\n", (ROOT / "Snakefile").read_text(), re.M).group(0)
-    (tmp_path / "Snakefile").write_text(
-        prefix + "\n"
-        "rule train:\n"
-        "    output:\n"
-        '        "run/model.pt",\n'
-        "    shell:\n"
-        # Snakemake empties the log before a retry: each attempt also writes its own file.
-        f'        "{sys.executable} -m dgno.cli train --data {data} --out run --method gg --config train.yaml '
-        '--levels a --iterations 1000000000 > attempt.$SLURM_JOB_ID.log 2>&1"\n'
-    )
+    config = _config(tmp_path)
+    env = {**os.environ, **slurm_cluster.env, "OMP_NUM_THREADS": "1"}
+    data = _snakemake(tmp_path, config, "--cores", "1", "--omit-from", "train", env=env, timeout=600)
+    assert data.returncode == 0, (data.stdout + data.stderr)[-4000:]
+
     extra = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())["set-resources"]["train"]["slurm_extra"]
     assert re.fullmatch(r"'--signal=TERM@\d+'", extra), extra  # the real profile's option, offset shortened below
-    cmd = [
-        sys.executable, "-m", "snakemake",
-        "--snakefile", str(tmp_path / "Snakefile"),
-        "--directory", str(tmp_path),
+    proc = _snakemake(
+        tmp_path, config,
         "--profile", str(ROOT / "profiles" / "slurm"),
         "--profile", str(ROOT / "profiles" / "slurm-test"),
-        "--configfile", str(tmp_path / "train.yaml"),
         "--retries", "1",
-        "--set-resources", "train:runtime=1", "train:slurm_extra=" + re.sub(r"@\d+", f"@{SIGNAL_AT_S}", extra),
-    ]  # fmt: skip
-    env = {**slurm_cluster.env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400, preexec_fn=terminate_with_parent)
+        "--set-resources", f"train:runtime={RUNTIME_MIN}", "train:slurm_extra=" + re.sub(r"@\d+", f"@{SIGNAL_AT_S}", extra),
+        env=env, timeout=900,
+    )  # fmt: skip
     out = proc.stdout + proc.stderr
-    attempts = sorted(tmp_path.glob("attempt.*.log"), key=lambda p: int(p.name.split(".")[1]))
-    jobs = [p.name.split(".")[1] for p in attempts]
-    log = "".join(p.read_text() for p in attempts)
-    context = f"{out[-4000:]}\n--- attempts ---\n{log[-3000:]}\n{slurm_cluster.diagnostics()}"
+    run = tmp_path / "run"
+    jobs = sorted(set(re.findall(r"SLURM jobid (\d+)", out)), key=int)
+    job_logs = {p.stem: p.read_text() for p in (run / ".snakemake" / "slurm_logs").glob("rule_train/**/*.log")}
+    rule_log = (run / RULE_LOG).read_text() if (run / RULE_LOG).exists() else ""
+    context = f"{out[-5000:]}\n--- rule log ---\n{rule_log[-3000:]}\n--- SLURM job logs ---\n{job_logs}\n{slurm_cluster.diagnostics()}"
 
     assert proc.returncode != 0, context  # training never finishes: both attempts fail
-    assert len(jobs) == 2, context  # the first attempt and one retry, each its own SLURM job
-    assert "SIGTERM: waiting for the job command to stop" in out, context  # bash outlived the signal
-    stops = [int(i) for i in re.findall(r"received signal 15 at iteration (\d+); checkpoint written", log)]
-    assert len(stops) == 2 and 0 < stops[0] < stops[1], context
-    resumed = re.findall(r"resuming \S+ from iteration (\d+)", log)
-    assert resumed == [str(stops[0])], context  # the retry started where the first attempt stopped
-    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["iteration"] == stops[1]
-    # Each job ended by exiting after its checkpoint, before SLURM's kill at the time limit.
+    assert len(jobs) == 2 and sorted(job_logs) == jobs, context  # the first attempt and one retry, each its own SLURM job
     for job in jobs:
+        # Signalled: the Snakefile's trap kept the job's shell alive until the training had stopped ...
+        assert "SIGTERM: waiting for the job command to stop" in job_logs[job], context
+        # ... and the job ended by exiting after its checkpoint, before SLURM's kill at the time limit.
         assert slurm_cluster.job_state(job) == "FAILED", context
+    # Snakemake empties the rule log when it retries: the log holds the second attempt, which resumed
+    # from the first attempt's checkpoint (the only kind there is) and wrote its own on the signal.
+    resumed = [int(i) for i in re.findall(r"resuming \S+ from iteration (\d+)", rule_log)]
+    stops = [int(i) for i in re.findall(r"received signal 15 at iteration (\d+); checkpoint written", rule_log)]
+    assert len(resumed) == len(stops) == 1 and 0 < resumed[0] < stops[0], context
+    assert "the retry resumes from it" in rule_log, context  # train.py's message on the way out
+    assert torch.load(run / "results/train/nuclei/gg/checkpoint.pt", weights_only=True)["iteration"] == stops[0]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,15 +82,32 @@ def test_resume_is_exact(tiny_dataset, tmp_path, monkeypatch):
     assert [r.split(",")[:4] for r in straight_log] == [r.split(",")[:4] for r in resumed_log]
 
 
+def _sigterm_once_logged(metrics: Path, rows: int) -> threading.Thread:
+    """SIGTERM to this process from outside the loop once `metrics` holds `rows` rows: mid-training on
+    any machine, where a fixed timer could fire before the handler is installed (killing pytest) or
+    after a fast machine has finished."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if metrics.exists() and len(metrics.read_text().splitlines()) > rows:
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    return watcher
+
+
 def test_sigterm_writes_checkpoint_and_rerun_resumes(tiny_dataset, tmp_path):
     choice = ModelChoice(name="gg", scale="smoke")
     out = tmp_path / "run"
-    cfg = _cfg(iterations=400, checkpoint_every=1000)
-    timer = threading.Timer(3.0, lambda: os.kill(os.getpid(), signal.SIGTERM))
-    timer.start()
+    cfg = _cfg(iterations=400, checkpoint_every=1000, log_every=1)
+    watcher = _sigterm_once_logged(out / "train_metrics.csv", rows=3)
     with pytest.raises(Interrupted):
         train(tiny_dataset, out, model_choice=choice, levels=["a"], cfg=cfg, progress=False)
-    timer.cancel()
+    watcher.join()
     stopped_at = torch.load(out / "checkpoint.pt", weights_only=True)["iteration"]
     assert 0 < stopped_at < 400
     assert not (out / "model.pt").exists()
@@ -224,18 +243,22 @@ def _sampler(tiny_dataset, seed=3):
 def test_prefetched_batches_equal_synchronous_ones_and_state_follows_consumption(tiny_dataset):
     """The background thread cuts exactly the sampler's sequence, and state() is the state after the
     last batch handed out (not the producer's, which runs ahead), so a checkpoint resumes exactly."""
-    import time
-
     from dgno.train.batches import BatchStream
 
     sync = BatchStream(_sampler(tiny_dataset), depth=0)
     expected = [sync.next() for _ in range(6)]
+    reference = _sampler(tiny_dataset)
+    for _ in range(3):
+        reference.next_batch()
     ahead = BatchStream(_sampler(tiny_dataset), depth=3)
     try:
         got = [ahead.next() for _ in range(3)]
-        time.sleep(0.2)  # let the producer fill its queue: the live sampler is now ahead
+        deadline = time.monotonic() + 60  # wait (no fixed sleep) until the producer has cut ahead
+        while ahead.sampler.state() == reference.state() and time.monotonic() < deadline:
+            time.sleep(0.01)
         state = ahead.state()
-        assert state != ahead.sampler.state()
+        assert ahead.sampler.state() != reference.state()  # the live sampler is ahead ...
+        assert state == reference.state()  # ... and state() is that after the 3 batches handed out
         got += [ahead.next() for _ in range(3)]
     finally:
         ahead.close()

@@ -61,7 +61,9 @@ def test_torchrun_two_ranks_write_once_agree_and_resume_exactly(tiny_dataset, tm
     assert [r.split(",")[0] for r in rows] == ["iteration", "1", "2", "3", "4"]  # one writer, one row per iteration
 
     ckpt = torch.load(straight / "checkpoint.pt", weights_only=True)
-    assert len(ckpt["ranks"]) == 2 and ckpt["ranks"][0]["sampler_rng"] != ckpt["ranks"][1]["sampler_rng"]  # different crops
+    # One crop stream shared by the ranks (each trains on its share of the step's batch; that the shares
+    # differ shows in test_workflow_ddp, where two processes end with the weights of one).
+    assert len(ckpt["ranks"]) == 2 and ckpt["ranks"][0]["sampler_rng"] == ckpt["ranks"][1]["sampler_rng"] == ckpt["sampler_rng"]
 
     resumed, _ = load_trained(halves / "model.pt")
     for k, v in model.state_dict().items():

@@ -11,7 +11,6 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -40,6 +39,11 @@ class Ranks:
         """Rank 0 alone writes checkpoints, metrics, the model file and progress output."""
         return self.rank == 0
 
+    def share(self, batch: int) -> slice:
+        """This rank's part of a step's batch (check_batches makes it split evenly)."""
+        per = batch // self.world
+        return slice(self.rank * per, (self.rank + 1) * per)
+
 
 def setup_distributed(ranks: Ranks, device: torch.device, batch_size: int) -> tuple[torch.device, bool]:
     """Join the process group (NCCL on CUDA, gloo on CPU); return this rank's device and whether we
@@ -67,13 +71,6 @@ def leave_distributed() -> None:
     import torch.distributed as dist
 
     dist.destroy_process_group()
-
-
-def rank_seed(seed: int, rank: int) -> int | np.random.SeedSequence:
-    """Crop seed of one rank: rank 0 keeps `seed` (a one-process run is unchanged), the others get
-    independent streams spawned from it, so ranks never cut the same crops and a run with seed s
-    never repeats the streams of a run with seed s + 1."""
-    return seed if rank == 0 else np.random.SeedSequence(seed, spawn_key=(rank,))
 
 
 def sync_buffers(model: torch.nn.Module, ranks: Ranks) -> None:

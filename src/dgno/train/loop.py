@@ -11,8 +11,9 @@ so evaluation and ``dgno deblur`` rebuild the network from the file alone
 Crops are cut by a background thread (``prefetch`` batches ahead, ``dgno.train.batches``) so a GPU
 does not wait for numpy. Launched by ``torchrun`` with several processes, the same function trains
 data-parallel (DistributedDataParallel, ``dgno.train.distributed``): ``batch_size`` stays the batch
-of one optimizer step and is split over the ranks, each rank draws its own crops, and only rank 0
-writes files.
+of one optimizer step and is split over the ranks: every rank cuts the step's whole batch from one
+seeded stream and trains on its share, so a run gives the weights of a one-process run whatever the
+number of processes (up to float rounding), and only rank 0 writes files.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from dgno.models.outputs import as_outputs
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import build_model
 from dgno.train.batches import BatchStream, cut_batch, val_batches
-from dgno.train.distributed import Ranks, agree, barrier, gather, leave_distributed, rank_seed, setup_distributed, sync_buffers
+from dgno.train.distributed import Ranks, agree, barrier, gather, leave_distributed, setup_distributed, sync_buffers
 from dgno.train.launch import check_batches
 from dgno.train.losses import restoration_loss
 from dgno.train.recipe import ModelChoice, TrainConfig
@@ -151,7 +152,8 @@ def _prepare(data_dir: Path, out_dir: Path, *, model_choice: ModelChoice, levels
     torch.manual_seed(cfg.seed)
     pairs, val_pairs, channels = _load_training_data(data_dir, levels, ranks, progress)
     model, ema, net, opt = _build_networks(model_choice, channels, cfg, ranks, device)
-    sampler = CropSampler(pairs, patch=cfg.patch_size, batch_size=cfg.batch_size // ranks.world, seed=rank_seed(cfg.seed, ranks.rank))
+    # The whole step's batch on every rank, from the same seed: each rank trains on its share of it.
+    sampler = CropSampler(pairs, patch=cfg.patch_size, batch_size=cfg.batch_size, seed=cfg.seed)
     val = val_batches(val_pairs, cfg)
     spec = {"name": model_choice.name, "scale": model_choice.scale, "hparams": model.hparams, "overrides": model_choice.overrides}
     fingerprint = run_fingerprint(spec, cfg, levels, data_dir)
@@ -166,9 +168,9 @@ def _resume(run: _Run) -> int:
     run.model.load_state_dict(state["model"])
     run.ema.load_state_dict(state["ema"])
     run.opt.load_state_dict(state["optimizer"])
+    run.sampler.load_state(state["sampler_rng"])  # one crop stream for all ranks
     rng = resume_rng(state, run.ranks)
     if rng is not None:
-        run.sampler.load_state(rng["sampler_rng"])
         torch.set_rng_state(rng["torch_rng"].cpu())  # map_location may have moved it to the GPU
     run.log_rows = [list(r) for r in state.get("log", [])]
     if run.ranks.main:
@@ -206,10 +208,13 @@ def _step(run: _Run, batches: BatchStream, it: int) -> torch.Tensor:
     cfg, ranks, device = run.cfg, run.ranks, run.device
     for g in run.opt.param_groups:
         g["lr"] = lr_at(it, cfg)
-    blur, gt = (t.to(device, non_blocking=True) for t in batches.next())
+    blur, gt = batches.next()  # the step's whole batch, the same on every rank
     if cfg.progressive:
         patch, stage_batch = progressive_stage(it, cfg)
-        blur, gt = cut_batch(blur, gt, patch=patch, batch=max(stage_batch // ranks.world, 1), seed=(cfg.seed * 1_000_003 + it) * 97 + ranks.rank)
+        blur, gt = (t.to(device, non_blocking=True) for t in (blur, gt))
+        blur, gt = cut_batch(blur, gt, patch=patch, batch=stage_batch, seed=(cfg.seed * 1_000_003 + it) * 97)
+    share = ranks.share(blur.shape[0])
+    blur, gt = (t[share].to(device, non_blocking=True) for t in (blur, gt))
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
         outputs = as_outputs(run.net(blur))
     loss = restoration_loss([o.float() for o in outputs], gt, fft_weight=cfg.fft_weight)

@@ -84,9 +84,8 @@ def resumable_state(ckpt_path: Path, fingerprint: dict[str, Any], cfg: TrainConf
 
 
 def resume_rng(state: dict[str, Any], ranks: Ranks) -> dict[str, Any] | None:
-    """This rank's saved sampler/torch RNG states, or None when the checkpoint was written by fewer
-    processes (checkpoints from before data parallelism hold rank 0's only)."""
-    saved = state.get("ranks") or [{"sampler_rng": state["sampler_rng"], "torch_rng": state["torch_rng"]}]
-    if len(saved) != ranks.world and ranks.main:
-        tqdm.write(f"checkpoint was written by {len(saved)} process(es), resuming with {ranks.world}: the crops differ from an uninterrupted run")
+    """This rank's saved torch RNG state, or None when the checkpoint was written by fewer processes
+    (checkpoints from before data parallelism hold rank 0's only). The crop stream is one for all
+    ranks: every rank resumes it from ``state["sampler_rng"]``, whatever the number of processes."""
+    saved = state.get("ranks") or [{"torch_rng": state["torch_rng"]}]
     return saved[ranks.rank] if ranks.rank < len(saved) else None
