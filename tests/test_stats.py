@@ -46,6 +46,13 @@ def test_interval_on_skewed_differences_covers_the_mean(method):
     assert covered >= 180, covered
 
 
+def test_paired_interval_is_pairing_then_interval():
+    a, b = _scores(np.random.default_rng(9), 20, 0.5)
+    direct = stats.paired_interval(a, b, "psnr", n_resamples=500, seed=3)
+    steps = stats.mean_difference_interval(stats.paired_differences(a, b, "psnr"), n_resamples=500, seed=3)
+    assert direct == steps and direct.low > 0
+
+
 def test_zero_difference_gives_an_interval_containing_zero():
     a, b = _scores(np.random.default_rng(7), 30, 0.0)
     iv = stats.mean_difference_interval(stats.paired_differences(a, b, "psnr"), seed=1)
@@ -84,6 +91,13 @@ def test_paired_differences_refuse_different_image_sets():
         stats.paired_differences(a, b.iloc[:-1], "psnr")
     with pytest.raises(ValueError, match="more than once: img000/z02"):
         stats.paired_differences(pd.concat([a, a.iloc[:1]]), b, "psnr")
+
+
+def test_an_untrained_reference_pairs_with_every_seed():
+    trained, _ = _scores(np.random.default_rng(0), 6, 0.3, seeds=[0, 1])
+    reference = trained[trained["seed"] == 0].drop(columns="seed").assign(psnr=25.0)
+    diffs = stats.paired_differences(trained, reference, "psnr")
+    assert len(diffs) == 12 and sorted(diffs["seed"].unique()) == ["0", "1"]
 
 
 def test_levels_of_one_image_are_one_resampling_unit():

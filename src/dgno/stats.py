@@ -83,8 +83,13 @@ def paired_differences(
     Refuses (ValueError naming the ids) when the two sets of images differ or an image appears twice:
     a difference of means over different images mixes method and image difficulty, which is exactly
     what pairing is there to remove. Returns the keys plus columns ``a``, ``b`` and ``diff``.
+    A frame without a ``seed`` column beside one with seeds (the blurred input, a deconvolution,
+    the authors' weights: nothing retrained) is the same for every seed and is paired with each.
     """
     keys = [k for k in keys if k in a.columns or k in b.columns]
+    if "seed" in keys and ("seed" in a.columns) != ("seed" in b.columns):
+        seeds = (a if "seed" in a.columns else b)["seed"].unique()
+        a, b = (x if "seed" in x.columns else pd.concat([x.assign(seed=s) for s in seeds], ignore_index=True) for x in (a, b))
     for frame, name in ((a, names[0]), (b, names[1])):
         missing = [c for c in (*keys, metric) if c not in frame.columns]
         if missing:
@@ -246,6 +251,22 @@ def mean_difference_interval(
     if len(seeds) > 1:
         return crossed_bootstrap_interval(matrix, confidence=confidence, n_resamples=n_resamples, seed=seed)
     return bootstrap_interval(matrix[:, 0], confidence=confidence, n_resamples=n_resamples, seed=seed)
+
+
+def paired_interval(
+    a: pd.DataFrame,
+    b: pd.DataFrame,
+    metric: str,
+    *,
+    names: tuple[str, str] = ("a", "b"),
+    confidence: float = CONFIDENCE,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 0,
+) -> Interval:
+    """Interval of the mean of ``a − b`` over the same images: :func:`paired_differences` then
+    :func:`mean_difference_interval`, the one call a results table needs per stated difference."""
+    diffs = paired_differences(a, b, metric, names=names)
+    return mean_difference_interval(diffs, confidence=confidence, n_resamples=n_resamples, seed=seed)
 
 
 def _as_arrays(arrays: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -223,6 +223,8 @@ def _paired(layout: Layout, config: dict, m: dict, ds: str, levels: list[str], o
 
 def _best_of(layout: Layout, config: dict, m: dict, ds: str, levels: list[str], opts: Options) -> Measured:
     candidates = [c for c in _candidates(config, m, m["b"]) if c != m["a"]]
+    if not candidates:
+        raise NotConfigured(f"experiment {m['experiment']!r} has no method to compare {m['a']} with")
     sign = 1 if HIGHER_IS_BETTER.get(m["metric"], True) else -1
     means = {c: float(_scores(layout, config, ds, c, levels, m["metric"])[m["metric"]].mean()) for c in candidates}
     best = max(means, key=lambda c: sign * means[c])
@@ -300,6 +302,8 @@ def _stardist(layout: Layout, config: dict, m: dict, ds: str, levels: list[str],
         raise NotConfigured(f"{m['a']} is not among the StarDist experiment's methods")
     bs = _candidates(config, m, m["b"]) if isinstance(m["b"], list) else [m["b"]]
     bs = [b for b in bs if b != m["a"]]
+    if not bs:
+        raise NotConfigured(f"experiment {m['experiment']!r} has no condition to compare {m['a']} with")
     if not per_path.exists():
         table = _read_csv(table_path, command).set_index("condition")
         if m["a"] not in table.index or any(b not in table.index for b in bs):
