@@ -63,6 +63,14 @@ def test_zero_difference_gives_an_interval_containing_zero():
     assert (same.low, same.high) == (0.0, 0.0) and stats.verdict(same, "greater") == "not resolved"
 
 
+def test_too_few_images_give_no_interval():
+    """Five differences all positive happen 1 time in 16 without any true difference: no verdict."""
+    iv = stats.bootstrap_interval(np.array([0.1, 0.2, 0.15, 0.3, 0.05]))
+    assert np.isnan(iv.low) and iv.method == "none (fewer than 6 images)" and stats.verdict(iv, "greater") == "not resolved"
+    six = stats.bootstrap_interval(np.array([0.1, 0.2, 0.15, 0.3, 0.05, 0.12]))
+    assert six.low > 0
+
+
 def test_bca_agrees_with_the_percentile_interval_on_symmetric_data():
     d = np.random.default_rng(3).normal(1.0, 1.0, 200)
     bca, pct = stats.bootstrap_interval(d, seed=0), stats.bootstrap_interval(d, seed=0, method="percentile")

@@ -29,6 +29,10 @@ Statistic = Callable[..., np.ndarray]
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 10_000
+# A bootstrap interval never reaches past the data: when all n per-image differences share a sign it
+# excludes 0, and with no true difference that happens with probability 2^(1-n). From 6 images on
+# that is under 5 %; below it, no interval is given (and no verdict can rest on one).
+MIN_IMAGES = 6
 _CHUNK_ELEMENTS = 4_000_000  # resampled values held at once: bounds memory for 18 909-image test sets
 _STD_NORMAL = NormalDist()
 
@@ -37,7 +41,7 @@ _STD_NORMAL = NormalDist()
 class Interval:
     """A point estimate with its bootstrap interval [low, high] at `confidence`.
 
-    low/high are NaN where no interval exists (fewer than 2 images); `method` names how it was made
+    low/high are NaN where no interval exists (fewer than MIN_IMAGES images); `method` names how it was made
     (e.g. "BCa", "percentile", "percentile, images x seeds"), so a report can say so beside it.
     """
 
@@ -175,8 +179,8 @@ def bootstrap_interval(
     arrays = _as_arrays(arrays)
     n = arrays[0].shape[0]
     estimate = float(statistic(*(x[None] for x in arrays))[0])
-    if n < 2:
-        return Interval(estimate, float("nan"), float("nan"), confidence, "none (fewer than 2 images)", n)
+    if n < MIN_IMAGES:
+        return Interval(estimate, float("nan"), float("nan"), confidence, f"none (fewer than {MIN_IMAGES} images)", n)
     rng = np.random.default_rng(seed)
     boot = _resampled_statistic(arrays, statistic, n_resamples, lambda b: (rng.integers(0, n, size=(b, n)),))
     alpha = (1.0 - confidence) / 2
@@ -219,8 +223,8 @@ def crossed_bootstrap_interval(
     arrays = _as_arrays(arrays)
     n, k = arrays[0].shape[:2]
     estimate = float(statistic(*(x[None] for x in arrays))[0])
-    if n < 2:
-        return Interval(estimate, float("nan"), float("nan"), confidence, "none (fewer than 2 images)", n, k)
+    if n < MIN_IMAGES:
+        return Interval(estimate, float("nan"), float("nan"), confidence, f"none (fewer than {MIN_IMAGES} images)", n, k)
     rng = np.random.default_rng(seed)
 
     def draw(b: int) -> tuple[np.ndarray, np.ndarray]:
