@@ -38,7 +38,7 @@ import dgno
 from dgno.data import bbbc006
 from dgno.data.bbbc006_pairing import ARCHIVE, PER_GT, PLANES, SPLITS, ArchiveIndex, Pair, PlaneRule, check_layout, index_archive
 from dgno.data.download import DownloadError, fetch_targz, part_path, sha256_file, unpack_tar
-from dgno.data.manual import Report
+from dgno.data.paired_sets import Report
 from dgno.io import InputError, atomic_dir, write_json
 
 log = logging.getLogger(__name__)
