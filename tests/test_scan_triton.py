@@ -26,6 +26,19 @@ _SCRIPT = textwrap.dedent(
     import dgno.layers.scan_triton as st
     from dgno.layers.selective_scan import selective_scan
 
+    # Triton's interpreter before 3.7 turns a kernel's scalar argument (a 1-element array) into a loop
+    # bound with int(array), which numpy >= 2.4 refuses ("only 0-dimensional arrays can be converted to
+    # Python scalars"); 3.7 squeezes the array first. Older interpreters (GPU hosts with torch 2.11 have
+    # triton 3.6) get the same fix here, so the kernels are tested whatever numpy is installed.
+    import triton
+    if tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 7):
+        import triton.runtime.interpreter as interp
+        _patch = interp._patch_lang_tensor
+        def _patch_squeezed(tensor, scope):
+            _patch(tensor, scope)
+            scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+        interp._patch_lang_tensor = _patch_squeezed
+
     case = json.loads(sys.argv[1])
     st.CONFIG = st.FEW_ROWS_CONFIG = st.ScanConfig(block_l=case.pop("block_l"), channels=case.pop("channels"))
     dtype = getattr(torch, case.pop("dtype"))

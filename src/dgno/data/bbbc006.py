@@ -225,7 +225,7 @@ def index_plane(root: str | Path, z: int, channel: Channel) -> dict[tuple[str, i
     return found
 
 
-def _describe(keys: Iterable[tuple[str, int]], limit: int = 5) -> str:
+def describe_fields(keys: Iterable[tuple[str, int]], limit: int = 5) -> str:
     keys = sorted(keys)
     shown = ", ".join(image_id(w, s) for w, s in keys[:limit])
     return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
@@ -257,9 +257,9 @@ def pair_planes(
         if missing or extra:
             parts = []
             if missing:
-                parts.append(f"lacks {len(missing)} {channel} image(s) that z{gt_plane:02d} has ({_describe(missing)})")
+                parts.append(f"lacks {len(missing)} {channel} image(s) that z{gt_plane:02d} has ({describe_fields(missing)})")
             if extra:
-                parts.append(f"has {len(extra)} {channel} image(s) missing from z{gt_plane:02d} ({_describe(extra)})")
+                parts.append(f"has {len(extra)} {channel} image(s) missing from z{gt_plane:02d} ({describe_fields(extra)})")
             raise InputError(
                 f"{plane_dir(root, z)}: plane z{z:02d} " + " and ".join(parts) + ". "
                 "Fix: an archive was only partly unpacked; delete the plane folders named here and unpack their archives again"
@@ -317,7 +317,7 @@ def label_mask(path: str | Path) -> np.ndarray:
 # ------------------------------------------------------------------------------------------- split
 
 
-def _well_rank(seed: int, well: str) -> bytes:
+def well_rank(seed: int, well: str) -> bytes:
     return hashlib.sha256(f"bbbc006-split:{seed}:{well}".encode()).digest()
 
 
@@ -339,7 +339,7 @@ def split_by_well(wells: Iterable[str], *, test_fraction: float = 0.2, seed: int
     n_test = max(1, int(round(n * float(test_fraction))))
     if n_test + n_val >= n:
         raise ValueError(f"{n} well(s) cannot give {n_test} test + {n_val} validation wells and still leave a training well")
-    order = sorted(unique, key=lambda w: _well_rank(seed, w))
+    order = sorted(unique, key=lambda w: well_rank(seed, w))
     out = dict.fromkeys(unique, "train")
     out.update(dict.fromkeys(order[:n_test], "test"))
     out.update(dict.fromkeys(order[n_test:n_test + n_val], "val"))
@@ -349,7 +349,7 @@ def split_by_well(wells: Iterable[str], *, test_fraction: float = 0.2, seed: int
 # ----------------------------------------------------------------------------------------- prepare
 
 
-def _read_uint16(path: Path) -> np.ndarray:
+def read_uint16(path: Path) -> np.ndarray:
     """Decode a BBBC006 image fully (catches truncated files) and check it is a 2-D 16-bit plane."""
     try:
         arr = tifffile.imread(path)
@@ -360,7 +360,7 @@ def _read_uint16(path: Path) -> np.ndarray:
     return arr
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
+def link_or_copy(src: Path, dst: Path) -> None:
     """Hard-link the original file (saves GBs; dgno never writes a file in place) or copy it."""
     try:
         os.link(src, dst)
@@ -368,7 +368,7 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def _source_record(raw_root: Path, archive_name: str, url: str) -> dict:
+def source_record(raw_root: Path, archive_name: str, url: str) -> dict:
     """What the manifest says about one archive: the download record, or the archive's hash, or unknown."""
     archive = raw_root / "archives" / archive_name
     sidecar = archive.with_name(archive_name + ".json")
@@ -417,7 +417,7 @@ def prepare_dataset(
         missing = {(w, s) for w, s, *_ in pairs} - masks.keys()
         if missing:
             raise InputError(
-                f"{labels_dir(raw_root)}: no label mask for {len(missing)} field(s) of view ({_describe(missing)}). "
+                f"{labels_dir(raw_root)}: no label mask for {len(missing)} field(s) of view ({describe_fields(missing)}). "
                 f"Fix: unpack {LABELS_ARCHIVE} again, or pass labels=False"
             )
 
@@ -428,16 +428,16 @@ def prepare_dataset(
         rows = []
         for well, site, gt_path, blur_paths in tqdm(pairs, desc=f"BBBC006 {channel} → {out_dir.name}", disable=not progress):
             ident = image_id(well, site)
-            gt = _read_uint16(gt_path)
+            gt = read_uint16(gt_path)
             shape = shape or gt.shape
             if gt.shape != shape:
                 raise InputError(f"{gt_path}: image is {gt.shape}, the others are {shape}. Fix: use the original BBBC006 TIFFs")
-            _link_or_copy(gt_path, tmp / "gt" / f"{ident}.tif")
+            link_or_copy(gt_path, tmp / "gt" / f"{ident}.tif")
             for z, path in blur_paths.items():
-                blur = _read_uint16(path)
+                blur = read_uint16(path)
                 if blur.shape != gt.shape:
                     raise InputError(f"{path}: shape {blur.shape} differs from its ground truth {gt_path} {gt.shape}. Fix: unpack the archive again")
-                _link_or_copy(path, tmp / "blur" / level_name(z) / f"{ident}.tif")
+                link_or_copy(path, tmp / "blur" / level_name(z) / f"{ident}.tif")
             if labels:
                 mask = label_mask(masks[well, site])
                 if mask.shape != gt.shape:
@@ -448,9 +448,9 @@ def prepare_dataset(
             writer = csv.writer(fh, lineterminator="\n")
             writer.writerow(["id", "split"])
             writer.writerows(rows)
-        sources = {plane_archive(z): _source_record(raw_root, plane_archive(z), plane_url(z)) for z in [gt_plane, *blur_planes]}
+        sources = {plane_archive(z): source_record(raw_root, plane_archive(z), plane_url(z)) for z in [gt_plane, *blur_planes]}
         if labels:
-            sources[LABELS_ARCHIVE] = _source_record(raw_root, LABELS_ARCHIVE, labels_url())
+            sources[LABELS_ARCHIVE] = source_record(raw_root, LABELS_ARCHIVE, labels_url())
         manifest = _manifest(channel, seed, gt_plane, train_planes, extra_planes, test_fraction, n_val_wells, split, rows, shape, labels, sources)
         write_json(tmp / "manifest.json", manifest)
     return out_dir

@@ -17,11 +17,15 @@ sequence of H·W tokens with a selective state-space model (``selective_scan``) 
   with that of the token sorted into position i.  Their released weights were trained so.
 
 Routing uses a hard Gumbel-softmax (straight-through) while training, as MambaIRv2 does.  In eval
-mode the route is the argmax of the router's logits — no noise — so inference is deterministic.
-Two deliberate departures from the authors' code, both at inference only: their routing draws
-Gumbel noise in eval mode too (outputs then vary by 5e-3 to 2e-2 between runs), and their token
-sort is unstable (the order among tokens of one route depends on the platform, changing outputs
-by up to 3e-2); here routing is argmax and the sort is stable (ties keep raster order).
+mode the route is, by default (``routing = "argmax"``), the argmax of the router's logits — no
+noise — so inference is deterministic.  Two deliberate departures from the authors' code, both at
+inference only: their evaluation network routes with a hard Gumbel-softmax (tau 1, over the routes)
+in eval mode too (outputs then vary by 5e-3 to 2e-2 between runs), and their token sort is unstable
+(the order among tokens of one route depends on the platform, changing outputs by up to 3e-2);
+here routing is argmax and the sort is stable (ties keep raster order).  To measure how much of a
+published number is that inference noise, ``routing = "gumbel"`` routes as their evaluation
+network does, with noise from a seeded generator (:class:`GumbelNoise`) so that a run reproduces;
+``dgno.models.routing.set_routing`` switches every ASSM of a model.
 MambaIRv2's full layer also has a shifted-window self-attention branch before the ASSM; DGNO's
 encoder block (DESIGN.md, "Model") is ASSM + GDFN only, which is also what the paper's parameter
 count (12.79 M) implies, so the window branch is not part of this block.
@@ -32,12 +36,37 @@ GDFN is Restormer's gated depth-wise feed-forward network (Zamir et al., CVPR 20
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dgno.layers.selective_scan import BACKENDS, Backend, selective_scan
+
+Routing = Literal["argmax", "gumbel"]
+ROUTINGS = ("argmax", "gumbel")
+
+
+class GumbelNoise:
+    """Standard Gumbel noise from a seeded generator, one generator per device, shared by a model's ASSMs.
+
+    Why one shared stream: the ASSMs run in a fixed order, so a model's draws are fixed by the seed
+    and the sequence of inputs; separate generators with one seed would give every block the same
+    noise.  g = -log(E), E ~ Exponential(1), as ``torch.nn.functional.gumbel_softmax`` draws it.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self.seed = int(seed)
+        self._generators: dict[torch.device, torch.Generator] = {}
+
+    def sample(self, like: Tensor) -> Tensor:
+        """Noise shaped like `like`, float32, on its device."""
+        gen = self._generators.get(like.device)
+        if gen is None:
+            gen = self._generators[like.device] = torch.Generator(device=like.device)
+            gen.manual_seed(self.seed)
+        return -torch.empty(like.shape, device=like.device, dtype=torch.float32).exponential_(generator=gen).log()
 
 
 class ASSM(nn.Module):
@@ -68,6 +97,9 @@ class ASSM(nn.Module):
             raise ValueError(f"ASSM needs dim >= 3 (its router has dim // 3 hidden units), got {dim}")
         hidden = int(dim * expand)
         self.d_state, self.scan_backend = d_state, scan_backend
+        # eval-mode routing, a runtime choice like scan_backend (not part of the weights or the spec)
+        self.routing: Routing = "argmax"
+        self.gumbel: GumbelNoise | None = None
         # value path: 1×1 projection, gated by a depth-wise 3×3 (a conditional positional encoding,
         # the only place the scan sees 2-D neighbourhoods)
         self.in_proj = nn.Conv2d(dim, hidden, 1)
@@ -107,11 +139,19 @@ class ASSM(nn.Module):
         """One-hot route of every token, (B, L, num_tokens).
 
         Training: hard Gumbel-softmax of the router's log-probabilities (straight-through, so the
-        router learns through the prompt).  Eval: argmax, deterministic.
+        router learns through the prompt).  Eval: the argmax, deterministic; with ``routing ==
+        "gumbel"`` the argmax of log-probabilities + seeded Gumbel noise, which is the forward value
+        of the authors' eval-time ``gumbel_softmax(logits, tau=1, hard=True, dim=-1)``.
         """
         logits = F.log_softmax(self.route(x), dim=-1)
         if self.training:
             return F.gumbel_softmax(logits, hard=True, dim=-1)
+        if self.routing == "gumbel":
+            if self.gumbel is None:
+                raise RuntimeError("ASSM routing is 'gumbel' but no noise generator is set; use dgno.models.routing.set_routing(model, 'gumbel', seed=...)")
+            if logits.is_cuda and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("Gumbel routing cannot run inside a CUDA graph (every replay would reuse one draw); evaluate without CUDA graphs")
+            logits = logits + self.gumbel.sample(logits)
         # one-hot by scatter: F.one_hot checks its indices on the host, a GPU sync that would
         # stop CUDA-graph capture of the forward pass (dgno.inference.cuda_graphs)
         return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)

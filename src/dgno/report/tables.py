@@ -26,6 +26,11 @@ def load_paper_values(path: str | Path = PAPER_VALUES) -> dict[str, Any]:
     return yaml.safe_load(Path(path).read_text())["tables"]
 
 
+def load_claims(path: str | Path = PAPER_VALUES) -> dict[str, Any]:
+    """The paper's claims: {"statements": summary sentences by key, "list": claims} (see the file's claims header)."""
+    return yaml.safe_load(Path(path).read_text())["claims"]
+
+
 def paper_key(method_cfg: dict[str, Any], method: str) -> str:
     """Row key of a configured method in paper_values.yaml (its paper_key, else the registry name with '_' for '-')."""
     return method_cfg.get("paper_key") or method_cfg.get("model", method).replace("-", "_")

@@ -1,0 +1,349 @@
+"""BBBC006 as the DGNO authors prepared it: their archive and train/test split, verified, in this project's layout.
+
+Why: the paper's BBBC006 numbers were measured on the authors' own split, published as
+``BBBC006.tar.gz`` (about 3.2 GB, both channels) in the Hugging Face repository ``Duane245/DGNO``;
+this project's own split (:mod:`dgno.data.bbbc006`, seeded, by well) tests on other images. The
+archive unpacks to ``BBBC006/{train,test}/{GT,blur}/*.tif`` (GT z16; blur z02, z06, z10). Its files
+are paired as the authors' test script pairs them and then verified, and each blur file's plane is
+checked against the images (:mod:`dgno.data.bbbc006_pairing`).
+
+The unseen defocus levels z01, z05, z13 exist only in the Broad planes, so :func:`map_to_broad` maps
+the archive's fields to the Broad file names (same well, site, channel) and takes those planes and
+the nucleus label masks from the Broad raw folders (:mod:`dgno.data.bbbc006`). If no archive name
+names a Broad field, the mapping reports status ``no_names`` and the dataset is written without
+them; the manifest says so, and the workflow falls back to the by-well split for those tables.
+
+Raw layout under ``raw_root`` (what :func:`fetch` writes; a hand-unpacked ``raw_root/BBBC006`` works)::
+
+    archives/BBBC006.tar.gz (+ .json: url, sha256, size)     authors/BBBC006/{train,test}/{GT,blur}/*.tif
+
+Prepared layout (docs/CONVENTIONS.md), ids ``<well>_s<site>`` as in :mod:`dgno.data.bbbc006`:
+manifest.json, split.csv (train/val/test), gt/<id>.tif, blur/z02/<id>.tif ..., labels/<id>.tif.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import tifffile
+from tqdm import tqdm
+
+import dgno
+from dgno.data import bbbc006
+from dgno.data.bbbc006_pairing import ARCHIVE, PER_GT, PLANES, SPLITS, ArchiveIndex, Pair, PlaneRule, check_layout, index_archive
+from dgno.data.download import DownloadError, fetch_targz, part_path, sha256_file, unpack_tar
+from dgno.data.paired_sets import Report
+from dgno.io import InputError, atomic_dir, write_json
+
+log = logging.getLogger(__name__)
+
+HF_REPO = "Duane245/DGNO"
+DEFAULT_URL = f"https://huggingface.co/{HF_REPO}/resolve/main/{ARCHIVE}"
+UNPACK_DIR = "authors"
+
+# ------------------------------------------------------------------------------------------- fetch
+
+
+def find_root(raw_root: str | Path) -> Path | None:
+    """The unpacked ``BBBC006`` folder under `raw_root` (``authors/BBBC006``, ``BBBC006`` or raw_root itself)."""
+    raw_root = Path(raw_root)
+    for folder in (raw_root / UNPACK_DIR / "BBBC006", raw_root / "BBBC006", raw_root):
+        if all((folder / split).is_dir() for split in SPLITS):
+            return folder
+    return None
+
+
+def manual_steps(raw_root: str | Path, url: str = DEFAULT_URL) -> str:
+    """How to place the archive by hand, for the error of a failed download and for the data check."""
+    archives = Path(raw_root) / "archives"
+    return (
+        f"download {url} by hand (browser, or `curl -fL -C - -o {archives / ARCHIVE} '{url}'`), or with the Hugging Face "
+        f"client: `huggingface-cli download {HF_REPO} {ARCHIVE} --local-dir {archives}`; then re-run (the archive is "
+        f"verified and unpacked to {Path(raw_root) / UNPACK_DIR}). An already unpacked copy works too: place its "
+        f"BBBC006/ folder at {Path(raw_root) / 'BBBC006'}"
+    )
+
+
+def fetch(
+    raw_root: str | Path,
+    *,
+    url: str = DEFAULT_URL,
+    sha256: str | None = None,
+    size: int | None = None,
+    retries: int = 4,
+    backoff: float = 1.0,
+    timeout: float = 60,
+    progress: bool = True,
+) -> Path:
+    """Download (resumably), verify and unpack the authors' archive once; return its ``BBBC006`` folder.
+
+    An unpacked folder already there is checked (:func:`check_layout`) and returned without a
+    download. The unpack is atomic, so a folder there is a complete one.
+    """
+    raw_root = Path(raw_root)
+    root = find_root(raw_root)
+    if root is None:
+        archive = raw_root / "archives" / ARCHIVE
+        try:
+            fetch_targz(url, archive, sha256=sha256, size=size, retries=retries, backoff=backoff, timeout=timeout, progress=progress)
+        except DownloadError as exc:
+            raise DownloadError(f"{exc}\nOr place the archive by hand: {manual_steps(raw_root, url)}") from None
+        unpack_tar(archive, raw_root / UNPACK_DIR, progress=progress)
+        write_json(archive.with_name(ARCHIVE + ".json"), {"file": ARCHIVE, "url": url, "sha256": sha256_file(archive), "size": archive.stat().st_size})
+        root = raw_root / UNPACK_DIR / "BBBC006"
+        if not root.is_dir():
+            raise InputError(f"{archive}: unpacked, but holds no BBBC006/ folder. Fix: this is not the authors' archive; {manual_steps(raw_root, url)}")
+    check_layout(root)
+    return root
+
+
+# --------------------------------------------------------------------------- split and Broad mapping
+
+
+def carve_validation(pairs: list[Pair], *, n_val_wells: int, seed: int) -> dict[str, str]:
+    """{id: 'train'|'val'|'test'}: the archive's split, with the train fields of `n_val_wells` wells moved to val.
+
+    The wells are those with a train field, ordered by :func:`dgno.data.bbbc006.well_rank` (SHA-256 of
+    seed and well, as the by-well split orders them), so validation depends on the seed and the well
+    names only. Test stays exactly the authors'. Fields whose names carry no well are their own unit.
+    """
+    unit = {p.id: (p.field.well if p.field else p.id) for p in pairs}
+    train_units = sorted({unit[p.id] for p in pairs if p.split == "train"})
+    if not 0 <= n_val_wells < len(train_units):
+        raise ValueError(f"n_val_wells={n_val_wells!r}: the archive's train split has {len(train_units)} well(s); expected 0 <= n_val_wells < that")
+    val = set(sorted(train_units, key=lambda u: bbbc006.well_rank(seed, u))[:n_val_wells])
+    return {p.id: "val" if p.split == "train" and unit[p.id] in val else p.split for p in pairs}
+
+
+@dataclass
+class BroadMap:
+    """The Broad files of the archive's fields: blur planes the archive lacks and label masks, by id."""
+
+    status: Literal["mapped", "no_names", "not_requested"]
+    planes: tuple[int, ...] = ()
+    blur: dict[str, dict[int, Path]] = field(default_factory=dict)
+    labels: dict[str, Path] = field(default_factory=dict)
+    gt_identical: list[int] | None = None  # [identical, compared] archive GT vs Broad z16, when z16 is there
+
+
+def map_to_broad(pairs: list[Pair], broad_root: str | Path, channel: bbbc006.Channel, *, planes: Iterable[int] = bbbc006.EXTRA_PLANES, labels: bool = True) -> BroadMap:
+    """Map the archive's fields to the Broad file names (same plate, well, site, channel) in the raw folders.
+
+    Status ``no_names`` when no archive name names a Broad field (nothing can be mapped: the
+    workflow falls back to the by-well split for these levels); a field that cannot be mapped while
+    others can, or that a Broad plane or the labels lack, stops, naming it. When the Broad z16 plane
+    is present, the archive's GT files are compared with it pixel for pixel (recorded, not enforced).
+    """
+    broad_root, planes = Path(broad_root), tuple(sorted({int(z) for z in planes}))
+    mappable = [p for p in pairs if p.field is not None and p.field.plate == bbbc006.PREFIX.lower()]
+    if not mappable:
+        return BroadMap("no_names", planes)
+    if len(mappable) < len(pairs):
+        odd = sorted(p.gt.name for p in pairs if p not in mappable)
+        raise InputError(f"{len(odd)} GT file(s) of the authors' archive name no Broad BBBC006 field ({bbbc006.PREFIX}_<well>_s<site>_w<1|2>): {', '.join(odd[:5])}. Fix: unpack {ARCHIVE} again")
+    keyed = {(p.field.well, p.field.site): p for p in pairs}
+    out = BroadMap("mapped", planes)
+    for z in planes:
+        found = bbbc006.index_plane(broad_root, z, channel)
+        _refuse_missing(keyed.keys() - found.keys(), f"{bbbc006.plane_dir(broad_root, z)}: Broad plane z{z:02d} has no {channel} image", bbbc006.plane_archive(z))
+        for key, pair in keyed.items():
+            out.blur.setdefault(pair.id, {})[z] = found[key]
+    if labels:
+        found = bbbc006.index_labels(broad_root)
+        _refuse_missing(keyed.keys() - found.keys(), f"{bbbc006.labels_dir(broad_root)}: no label mask", bbbc006.LABELS_ARCHIVE)
+        out.labels = {pair.id: found[key] for key, pair in keyed.items()}
+    if bbbc006.plane_dir(broad_root, bbbc006.GT_PLANE) is not None:
+        z16 = bbbc006.index_plane(broad_root, bbbc006.GT_PLANE, channel)
+        same = sum(key in z16 and np.array_equal(bbbc006.read_uint16(p.gt), bbbc006.read_uint16(z16[key])) for key, p in keyed.items())
+        out.gt_identical = [same, len(keyed)]
+    return out
+
+
+def _refuse_missing(missing: set, what: str, archive: str) -> None:
+    if missing:
+        raise InputError(
+            f"{what} for {len(missing)} field(s) of the authors' archive ({bbbc006.describe_fields(missing)}). "
+            f"Fix: download and unpack {archive} again (`dgno data check bbbc006` prints the commands)"
+        )
+
+
+# ----------------------------------------------------------------------------------------- prepare
+
+
+def prepare_dataset(
+    raw_root: str | Path,
+    out_dir: str | Path,
+    *,
+    channel: bbbc006.Channel,
+    seed: int,
+    broad_root: str | Path | None = None,
+    extra_planes: Iterable[int] = bbbc006.EXTRA_PLANES,
+    labels: bool = True,
+    n_val_wells: int = 8,
+    plane_rule: PlaneRule = "auto",
+    max_out_of_order: float = 0.05,
+    url: str = DEFAULT_URL,
+    progress: bool = True,
+) -> Path:
+    """Write one channel of the authors' BBBC006 split in the shared dataset layout and return out_dir.
+
+    `raw_root` holds the unpacked archive (:func:`fetch`); `broad_root` the Broad raw planes and labels
+    (:mod:`dgno.data.bbbc006` layout) for the unseen levels `extra_planes` and the label masks
+    (`labels`); without it the dataset has the archive's planes only. Files are decoded, shape-checked
+    and hard-linked or copied unchanged (16-bit originals, min-max normalised at read time); built in
+    a temporary folder and renamed into place. The manifest records the pairing, the plane rule and
+    its check, the validation wells and the Broad mapping (or why there is none).
+    """
+    raw_root, out_dir = Path(raw_root), Path(out_dir)
+    root = find_root(raw_root)
+    if root is None:
+        raise InputError(
+            f"{raw_root}: the authors' BBBC006 archive is not unpacked here (looked for {raw_root / UNPACK_DIR / 'BBBC006'} and "
+            f"{raw_root / 'BBBC006'}). Fix: `python -c \"from dgno.data.bbbc006_authors import fetch; fetch('{raw_root}')\"`, or {manual_steps(raw_root, url)}"
+        )
+    if labels and broad_root is None:
+        raise ValueError("labels=True needs broad_root: the label masks come from the Broad labels archive (BBBC006_v1_labels.zip); pass broad_root or labels=False")
+    if out_dir.exists() and not (out_dir / "manifest.json").is_file() and any(out_dir.iterdir()):
+        raise InputError(f"{out_dir}: exists and is not a dataset (no manifest.json). Fix: choose another output folder or empty it")
+    index = index_archive(root, channel, plane_rule=plane_rule, max_out_of_order=max_out_of_order, progress=progress)
+    split = carve_validation(index.pairs, n_val_wells=n_val_wells, seed=seed)
+    broad = map_to_broad(index.pairs, broad_root, channel, planes=extra_planes, labels=labels) if broad_root is not None else BroadMap("not_requested")
+    if broad.status == "no_names":
+        log.warning("%s: no file name of the authors' archive names a Broad field; unseen levels and labels left out", root)
+    with atomic_dir(out_dir) as tmp:
+        shape = _write_images(tmp, index, broad, progress=progress, desc=f"BBBC006 authors {channel} → {out_dir.name}")
+        with (tmp / "split.csv").open("w", newline="") as fh:
+            writer = csv.writer(fh, lineterminator="\n")
+            writer.writerow(["id", "split"])
+            writer.writerows((p.id, split[p.id]) for p in index.pairs)
+        sources = {ARCHIVE: bbbc006.source_record(raw_root, ARCHIVE, url)}
+        if broad.status == "mapped":
+            sources |= {bbbc006.plane_archive(z): bbbc006.source_record(Path(broad_root), bbbc006.plane_archive(z), bbbc006.plane_url(z)) for z in broad.planes}
+            if broad.labels:
+                sources[bbbc006.LABELS_ARCHIVE] = bbbc006.source_record(Path(broad_root), bbbc006.LABELS_ARCHIVE, bbbc006.labels_url())
+        write_json(tmp / "manifest.json", _manifest(index, split, broad, seed=seed, n_val_wells=n_val_wells, shape=shape, sources=sources))
+    return out_dir
+
+
+def _write_images(tmp: Path, index: ArchiveIndex, broad: BroadMap, *, progress: bool, desc: str) -> tuple[int, ...] | None:
+    """gt/, blur/zNN/ (archive planes, then mapped Broad planes) and labels/ for every field; returns the image shape."""
+    levels = [*PLANES, *(broad.planes if broad.blur else ())]
+    for sub in ["gt", *(f"blur/{bbbc006.level_name(z)}" for z in levels), *(["labels"] if broad.labels else [])]:
+        (tmp / sub).mkdir(parents=True)
+    shape = None
+    for pair in tqdm(index.pairs, desc=desc, disable=not progress):
+        gt = bbbc006.read_uint16(pair.gt)
+        shape = shape or gt.shape
+        if gt.shape != shape:
+            raise InputError(f"{pair.gt}: image is {gt.shape}, the others are {shape}. Fix: unpack {ARCHIVE} again")
+        bbbc006.link_or_copy(pair.gt, tmp / "gt" / f"{pair.id}.tif")
+        for z, path in (pair.blur | broad.blur.get(pair.id, {})).items():
+            blur = bbbc006.read_uint16(path)
+            if blur.shape != gt.shape:
+                raise InputError(f"{path}: shape {blur.shape} differs from its ground truth {pair.gt} {gt.shape}. Fix: unpack its archive again")
+            bbbc006.link_or_copy(path, tmp / "blur" / bbbc006.level_name(z) / f"{pair.id}.tif")
+        if broad.labels:
+            mask = bbbc006.label_mask(broad.labels[pair.id])
+            if mask.shape != gt.shape:
+                raise InputError(f"{broad.labels[pair.id]}: mask shape {mask.shape} differs from the image's {gt.shape}. Fix: unpack {bbbc006.LABELS_ARCHIVE} again")
+            tifffile.imwrite(tmp / "labels" / f"{pair.id}.tif", mask, photometric="minisblack", metadata=None)
+    return shape
+
+
+_PLANE_RULE_TEXT = {
+    "name": "from the blur file name (a z<NN> token after the channel, or a <NN>_ prefix)",
+    "position": f"from the position in the sorted triple of a field's blur files: first z{PLANES[0]:02d}, then z{PLANES[1]:02d}, z{PLANES[2]:02d}",
+    "sharpness": "by sharpness within each field's triple: most blurred = farthest from focus (the names carry no plane and their order is not the planes')",
+}
+_BROAD_TEXT = {
+    "mapped": "unseen levels and label masks from the Broad files of the same plate, well, site and channel",
+    "no_names": "no file name of the archive names a Broad field: no unseen levels and no label masks here; tables of unseen levels fall back to the by-well split (bbbc006.prepare_dataset)",
+    "not_requested": "no Broad folder given: only the archive's planes; no label masks",
+}
+
+
+def _manifest(index: ArchiveIndex, split: dict[str, str], broad: BroadMap, *, seed, n_val_wells, shape, sources) -> dict:
+    """Everything needed to interpret the prepared files, to re-make them and to judge the checks."""
+    channel, pairs = index.channel, index.pairs
+    levels = {bbbc006.level_name(z): {"plane": z, "role": "train", "source": ARCHIVE} for z in PLANES}
+    if broad.blur:
+        levels |= {bbbc006.level_name(z): {"plane": z, "role": "generalisation", "source": bbbc006.plane_archive(z)} for z in broad.planes}
+    wells = {s: sorted({p.field.well for p in pairs if p.field and split[p.id] == s}) for s in ("train", "val", "test")}
+    counts = {s: sum(1 for p in pairs if split[p.id] == s) for s in ("train", "val", "test")}
+    return {
+        "source": f"BBBC006 as prepared by the DGNO authors ({ARCHIVE}, Hugging Face {HF_REPO}): their train/test split",
+        "generator": "dgno.data.bbbc006_authors.prepare_dataset",
+        "channel": channel,
+        "stain": bbbc006.CHANNEL_STAIN[channel],
+        "gt_plane": bbbc006.GT_PLANE,
+        "gt_level": bbbc006.level_name(bbbc006.GT_PLANE),
+        "levels": levels,
+        "train_levels": [bbbc006.level_name(z) for z in PLANES],
+        "test_levels": sorted(levels),
+        "size": list(shape) if shape else None,
+        "dtype": "uint16",
+        "normalise": "minmax",
+        "intensity_encoding": "original 16-bit values, files unchanged; read with per-image min-max to [0, 1] (the authors' protocol)",
+        "id_pattern": "<well>_s<site>" if index.names_carry_fields else "<GT file stem> (the names carry no field)",
+        "seed": seed,
+        "split": {
+            "unit": "the authors' archive (train/ and test/); validation carved from their train fields by well",
+            "method": f"wells with a train field sorted by sha256('bbbc006-split:<seed>:<well>'); the train fields of the first {n_val_wells} become val",
+            "n_val_wells": n_val_wells,
+            "wells": wells,
+            "wells_in_train_and_test": sorted(set(wells["train"] + wells["val"]) & set(wells["test"])),
+        },
+        "pairing": {
+            "rule": "the authors' test script: channel = first two characters of the last '_' part of the name; sorted blur files "
+            f"paired with the sorted GT files each repeated {PER_GT} times",
+            "verified": "every blur file names its GT's field (plate, well, site, channel), exactly 3 per GT" if index.names_carry_fields
+            else "not verifiable: the file names carry no field; the pairs are the authors' unverified",
+            "ignored_files": index.ignored,
+        },
+        "planes": {"rule": index.plane_rule, "description": _PLANE_RULE_TEXT[index.plane_rule], "check": index.plane_check},
+        "broad": {"status": broad.status, "description": _BROAD_TEXT[broad.status], "planes": list(broad.planes) if broad.blur else [], "gt_identical_to_broad_z16": broad.gt_identical},
+        "n_train": counts["train"],
+        "n_val": counts["val"],
+        "n_test": counts["test"],
+        "labels": "labels/<id>.tif: uint16 nucleus instance masks from BBBC006_v1_labels (in-focus annotation)" if broad.labels else None,
+        "sources": sources,
+        "versions": {"dgno": dgno.__version__, "numpy": np.__version__, "tifffile": tifffile.__version__},
+    }
+
+
+# ------------------------------------------------------------------------------------------- check
+
+
+def check_authors(raw_root: str | Path, *, url: str = DEFAULT_URL) -> Report:
+    """What of the authors' archive is under `raw_root`: unpacked folder and counts, or the download's state."""
+    raw_root = Path(raw_root)
+    report = Report(name="bbbc006 (authors' split)", root=raw_root)
+    root, archive = find_root(raw_root), raw_root / "archives" / ARCHIVE
+    if root is None:
+        state = ""
+        if archive.is_file():
+            state = f"; {archive} is downloaded but not unpacked"
+        elif part_path(archive).is_file():
+            state = f"; interrupted download {part_path(archive)} ({part_path(archive).stat().st_size} bytes) resumes when re-run"
+        report.missing.append(f"the authors' BBBC006: no unpacked folder {raw_root / UNPACK_DIR / 'BBBC006'}{state}")
+    else:
+        try:
+            counts = check_layout(root)
+        except InputError as exc:
+            report.problems.append(str(exc))
+        else:
+            for split in SPLITS:
+                c = counts[split]
+                report.present.append(f"{root / split}: GT {c['GT']['w1']} w1 + {c['GT']['w2']} w2, blur {c['blur']['w1']} w1 + {c['blur']['w2']} w2 (3 per GT)")
+    report.ok = not report.missing and not report.problems
+    report.steps = [
+        f"Download, verify and unpack (resumable): `python -c \"from dgno.data.bbbc006_authors import fetch; fetch('{raw_root}')\"`",
+        f"Or by hand: {manual_steps(raw_root, url)}",
+    ]
+    return report
