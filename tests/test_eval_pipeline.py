@@ -122,3 +122,16 @@ def test_sequential_pipeline_is_a_plain_loop():
     run_pipeline([1, 2], lambda i: calls.append(("load", i)) or i, lambda i, x: calls.append(("compute", i)) or x, lambda i, r: calls.append(("finish", i)), overlap=False)
     assert calls == [("load", 1), ("compute", 1), ("finish", 1), ("load", 2), ("compute", 2), ("finish", 2)]
     assert np.array_equal([c[1] for c in calls], [1, 1, 1, 2, 2, 2])
+
+
+def test_dgno_evaluate_takes_the_pipeline_options(trained, tmp_path, capsys):
+    from dgno.cli import main
+
+    model, data = trained
+    out = tmp_path / "cli"
+    args = ["evaluate", "--checkpoint", str(model), "--data", str(data), "--level", "a", "--out", str(out), "--tile", "32", "--overlap", "8", "--no-lpips"]
+    assert main([*args, "--tile-batch", "2", "--cuda-graphs", "--overlap-io"]) == 0
+    summary = read_json(out / "summary.json")
+    assert summary["tile_batch"] == 2 and summary["cuda_graphs"] is False  # graphs are a GPU option: off on a CPU
+    assert summary["runtime"]["overlap_io"] is True and summary["n_images"] == 7
+    assert '"n_images": 7' in capsys.readouterr().out
