@@ -1,6 +1,6 @@
-"""Print the README's GPU runtime tables (markdown) from bench_gpu_speed.py result files.
+"""Print the README's GPU runtime tables (markdown) from bench_gpu_speed.py / bench_issue27.py result files.
 
-    python benchmarks/gpu_speed_table.py benchmarks/results/gpu_speed_h100*.json
+    python benchmarks/gpu_speed_table.py benchmarks/results/gpu_speed_h100*.json benchmarks/results/issue27_*.json
 
 The same tables as the report's runtime section (``dgno.report.cost_section.speed_tables``), so the README
 and the report are regenerated from one reader; cells are "measured" or "measured (paper)".
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from dgno.analysis.runtime import load_bench_results
-from dgno.report.cost_section import speed_tables
+from dgno.report.cost_section import findings_table, speed_tables
 from dgno.report.render import load_paper
 
 
@@ -25,14 +25,19 @@ def cell_text(cell) -> str:
 def main(paths: list[str]) -> None:
     frame = load_bench_results(paths)
     prows = load_paper("runtime_memory").get("rows", {})
-    for file, sub in frame[frame["mode"].notna()].groupby("file", sort=False):
-        forward, train = sub[sub["kind"] == "forward"], sub[sub["kind"] == "train"]
-        for table in speed_tables(forward, train, prows, file, str(sub["device"].iloc[0])):
+    for file, sub in frame[frame["mode"].notna() & (frame["kind"] != "decision")].groupby("file", sort=False):
+        forward, train, evaluate = (sub[sub["kind"] == kind] for kind in ("forward", "train", "evaluate"))
+        for table in speed_tables(forward, train, prows, file, str(sub["device"].iloc[0]), evaluate=evaluate):
             print(f"\n{table.caption}\n")
             print("| | " + " | ".join(f"{group} {metric}" for group, metric in table.columns) + " |")
             print("|---" * (len(table.columns) + 1) + "|")
             for label, cells in table.rows:
                 print(f"| {label} | " + " | ".join(cell_text(c) for c in cells) + " |")
+    findings = findings_table(frame)
+    if findings:
+        print("\nFindings of the issue-27 benchmark:\n")
+        for file, topic, text in findings[1]:
+            print(f"- {topic} ({file}): {text}")
 
 
 if __name__ == "__main__":

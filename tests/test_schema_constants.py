@@ -139,6 +139,15 @@ def test_training_choices_are_accepted_by_the_trainer_and_nothing_else():
         pick_device("tpu")
 
 
+def test_adamw_implementations_are_the_training_steps():
+    from dgno.train.recipe import ADAMW_IMPLS, SPEED_ONLY
+
+    assert _enum("properties", "train", "properties", "adamw_impl") == list(ADAMW_IMPLS)
+    for impl in ADAMW_IMPLS:
+        TrainConfig(adamw_impl=impl)
+    assert set(SPEED_ONLY) <= set(_node("properties", "train", "properties"))
+
+
 # Enums that mirror no constant of the package: choices only the workflow itself acts on.
 WORKFLOW_ONLY = {
     # which rule makes the StarDist model (workflow/rules/downstream.smk), not an option of dgno.downstream
@@ -158,6 +167,7 @@ TIED = {
     (*DATASET, "channel"),
     (*DATASET, "seidel", "properties", "convention"),
     ("properties", "train", "properties", "eval_weights"),
+    ("properties", "train", "properties", "adamw_impl"),
     ("properties", "evaluate", "properties", "blend"),
     ("properties", "experiments", "properties", "nonblind", "properties", "deconvolution", "items"),
 }

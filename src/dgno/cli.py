@@ -56,6 +56,9 @@ def _add_model_commands(sub) -> None:
     p.add_argument("--tile", type=int)
     p.add_argument("--overlap", type=int, default=32)
     p.add_argument("--no-lpips", action="store_true")
+    p.add_argument("--tile-batch", type=int, help="tiles per forward pass (default 8 on a GPU, 1 on a CPU)")
+    p.add_argument("--cuda-graphs", action="store_true", help="replay the forward pass from CUDA graphs (GPU)")
+    p.add_argument("--overlap-io", action="store_true", help="decode and score/write in background threads while the network runs")
     p.set_defaults(func=_run_command)
 
     p = sub.add_parser("summary", help="parameters and FLOPs of a registry model ('all' for every model)")

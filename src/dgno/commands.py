@@ -54,8 +54,9 @@ def train(args: argparse.Namespace) -> int:
 
 def evaluate(args: argparse.Namespace) -> int:
     summary = evaluate_checkpoint(
-        args.checkpoint, args.data, args.level, args.out, tile=args.tile, overlap=args.overlap, with_lpips=not args.no_lpips
-    )
+        args.checkpoint, args.data, args.level, args.out, tile=args.tile, overlap=args.overlap, with_lpips=not args.no_lpips,
+        tile_batch=args.tile_batch, cuda_graphs=args.cuda_graphs, overlap_io=args.overlap_io,
+    )  # fmt: skip
     print(json.dumps({k: summary[k] for k in ("method", "level", "n_images", "psnr", "ssim", "lpips", "lpips_source")}, indent=2))
     return 0
 

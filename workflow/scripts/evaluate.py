@@ -17,9 +17,12 @@ out_dir = Path(sm.output.summary).parent
 # Restored images only where a later rule reads them (dgno.workflow.plan.restored_readers); the folder
 # exists either way, as the rule's output.
 common = dict(method=sm.wildcards.get("method", "input"), with_lpips=ev["lpips"], save_restored=sm.params.keep_restored)
+# Speed-only settings (tiles per pass, CUDA graphs, overlapped reading/writing) are not params: changing
+# one gives the same scores and files, so it must not re-evaluate (the schema fills in their defaults).
+speed = {k: sm.config["evaluate"][k] for k in ("tile_batch", "cuda_graphs", "overlap_io")}
 if "model" in sm.input.keys():
     evaluate_checkpoint(
-        sm.input.model, data_dir, sm.wildcards.level, out_dir, tile=ev["tile"], overlap=ev["overlap"], blend=ev["blend"], device=sm.params.device, **common
+        sm.input.model, data_dir, sm.wildcards.level, out_dir, tile=ev["tile"], overlap=ev["overlap"], blend=ev["blend"], device=sm.params.device, **speed, **common
     )
 else:
     score_dataset(identity_restorer, data_dir, sm.wildcards.level, out_dir, **common)

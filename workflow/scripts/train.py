@@ -9,12 +9,14 @@ import _log  # noqa: E402
 _log.redirect(snakemake.log[0])  # noqa: F821
 
 from dgno.train import INTERRUPTED_EXIT, Interrupted, ModelChoice, TrainConfig, launch, train  # noqa: E402
+from dgno.workflow.settings import speed_only_train  # noqa: E402
 
 sm = snakemake  # noqa: F821
 method = sm.params.method
-# prefetch is not a param: it does not change results, so changing it must not trigger a retrain.
-prefetch = sm.config["train"]["prefetch"]  # the schema fills in its default
-cfg = TrainConfig.from_dict({**sm.params.train, "prefetch": prefetch, "seed": sm.params.seed, "device": sm.params.device})
+# prefetch and the step's levers are not params: they do not change results, so changing one must
+# not trigger a retrain (the schema fills in their defaults).
+speed = speed_only_train(sm.config)
+cfg = TrainConfig.from_dict({**sm.params.train, **speed, "seed": sm.params.seed, "device": sm.params.device})
 data_dir, out_dir = Path(sm.input.split).parent, Path(sm.output.model).parent
 choice = ModelChoice(name=method["model"], scale=sm.params.scale, overrides=method.get("overrides", {}))
 levels = list(sm.params.levels)

@@ -12,7 +12,12 @@ Two file layouts exist under ``benchmarks/results``:
 * ``benchmarks/bench_gpu_speed.py`` output: ``{"provenance", "inference": [{model, scan_backend,
   size, batch, dtype, mode, images_per_second, peak_allocated_mb}], "train": [...]}``, where
   ``mode`` says how the pass ran: "eager", "graphs" (CUDA-graph replay), "compile"
-  (torch.compile) or "autograd" (eager with autograd recording, the paper's memory protocol).
+  (torch.compile) or "autograd" (eager with autograd recording, the paper's memory protocol), with
+  "+cl" for channels-last weights;
+* ``benchmarks/bench_issue27.py`` output: the same layout, whose training steps name their speed
+  levers (``levers``), plus whole-test-set evaluations (kind "evaluate": images/s, GPU utilisation in
+  ``detail``) and its findings (kind "decision", one sentence each in ``detail``: gradient check, bf16
+  gap, torch.compile break-even, the DG layers' share, the settings it recommends).
 
 All become rows with the file and device named, so no number is shown without its context.  A row
 timed with an explicit selective-scan backend names it after the model ("dgno-cell [scan:
@@ -29,7 +34,7 @@ import pandas as pd
 
 COLUMNS = [
     "file", "device", "kind", "model", "scale", "size", "batch", "amp_bf16", "mode", "images_per_second", "seconds_per_iteration",
-    "peak_memory_mb", "memory", "commit", "recorded_utc", "problem",
+    "peak_memory_mb", "memory", "commit", "recorded_utc", "problem", "detail",
 ]  # fmt: skip
 
 
@@ -151,13 +156,60 @@ def _speed_rows(path: Path, blob: dict) -> list[dict]:
             "peak_memory_mb": r.get("peak_allocated_mb") if mode in MODE_MEMORY else None, "memory": MODE_MEMORY.get(mode, "not recorded (see docstring)"),
         })  # fmt: skip
     for r in blob.get("train", []):
+        levers = r.get("levers")  # bench_issue27.py: "today" or the levers switched on
         rows.append({
             **base, "kind": "train", "model": _model_label(r), "size": int(r["size"]), "batch": int(r["batch"]),
-            "amp_bf16": r["dtype"] == "bf16", "mode": "train" + ("+tf32" if r.get("tag") == "tf32_matmul" else ""),
+            "amp_bf16": r["dtype"] == "bf16", "mode": "train" + ("+tf32" if r.get("tag") == "tf32_matmul" else "") + ("+levers" if levers else ""),
             "images_per_second": r["batch"] * float(r["iterations_per_second"]), "seconds_per_iteration": float(r["seconds_per_iteration"]),
             "peak_memory_mb": r.get("peak_allocated_mb"), "memory": MODE_MEMORY["train"],
+            "detail": None if not levers else ("today's step" if levers == "today" else f"levers: {levers}"),
+        })  # fmt: skip
+    return rows + _evaluation_rows(base, blob) + _finding_rows(base, blob)
+
+
+def _evaluation_rows(base: dict, blob: dict) -> list[dict]:
+    """bench_issue27.py's whole-test-set evaluations: one row per setting, images/s."""
+    rows = []
+    for e in blob.get("eval_pipeline", []):
+        util = e.get("gpu_utilisation_percent")
+        util = f"{util:.0f} %" if isinstance(util, int | float) else "n/a"
+        frame = "×".join(str(n) for n in reversed(e.get("frame", [])))
+        rows.append({
+            **base, "kind": "evaluate", "model": str(e["model"]), "size": int(e["tile"]), "batch": int(e["tile_batch"]), "amp_bf16": False,
+            "mode": str(e["config"]), "images_per_second": e.get("images_per_second"),
+            "detail": f"{e['frames']} frames of {frame} px in {e['tile']}-px tiles, {e['tile_batch']} per pass, CUDA graphs {'on' if e.get('cuda_graphs') else 'off'}, "
+            f"overlapped reading/writing {'on' if e.get('overlap_io') else 'off'}; GPU utilisation {util}",
         })  # fmt: skip
     return rows
+
+
+def _finding_rows(base: dict, blob: dict) -> list[dict]:
+    """bench_issue27.py's findings, one sentence each (kind "decision")."""
+    found = []
+    for g in blob.get("grad_check", []):
+        a, floor = g["fastest_vs_today"], g["today_vs_today"]
+        found.append(("gradient check", f"{g['model']}, {g['routing']} routing: the step with {g['levers']} against today's step at the same weights and batch: "
+                      f"gradients differ by {a['grad_rel_l2']:.1e} (relative L2; today's step against itself: {floor['grad_rel_l2']:.1e}), loss by {a['loss_rel']:.1e}"))
+    for b in blob.get("bf16_training", []):
+        found.append(("bf16 training", f"{b['model']}, {b['iterations']} iterations from one seed: validation PSNR {b['fp32_val_psnr']:.3f} dB (float32), "
+                      f"{b['bf16_val_psnr']:.3f} dB (bf16), gap {b['gap_db_fp32_minus_bf16']:+.3f} dB against the 0.05 dB threshold: train.bf16 "
+                      f"{'may be true' if b['bf16_allowed'] else 'stays false'}; {1e3 * b['fp32_seconds_per_iteration']:.0f} vs {1e3 * b['bf16_seconds_per_iteration']:.0f} ms/it"))
+    for c in blob.get("compile", []):
+        be = c.get("break_even_iterations")
+        found.append(("torch.compile", f"{c['model']}, {c['levers']}: compiling took {c['compile_seconds']:.0f} s, then {c['ms_per_it']:.1f} ms/it against "
+                      f"{c['reference_ms']:.1f} ms/it without it: " + (f"pays after {be:.0f} iterations" if be else "never pays")))
+    for d in blob.get("dg_layers", []):
+        share = d.get("share_of_todays_step")
+        text = f"{d['model']}: the six DG operator layers take {d['total_ms']:.1f} ms forward + backward" + (f", {share:.0%} of today's step" if share else "")
+        if d.get("full_res_compiled_fwd_bwd_ms") is not None:
+            text += f"; the full-resolution pair compiled: {d['full_res_compiled_fwd_bwd_ms']:.1f} ms against {d['levels'][-1]['fwd_bwd_ms']:.1f} ms eager"
+        found.append(("DG layers", text))
+    dec = blob.get("decisions") or {}
+    if dec:
+        found.append(("recommended settings", f"train: {json.dumps(dec.get('train_settings_for_paper_config'), sort_keys=True)} "
+                      f"(levers kept: {', '.join(dec.get('train_levers_keep') or []) or 'none'}; gradient check passed: {dec.get('gradient_check_passed')}); "
+                      f"evaluate: {json.dumps(dec.get('evaluate_settings_for_paper_config'), sort_keys=True)}"))
+    return [{**base, "kind": "decision", "model": topic, "mode": "finding", "detail": text} for topic, text in found]
 
 
 def load_bench_results(paths: Iterable[str | Path]) -> pd.DataFrame:

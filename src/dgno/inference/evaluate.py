@@ -9,6 +9,7 @@ weight source is written next to every value.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from dgno import metrics, provenance
 from dgno.checkpoint import load_trained, pick_device
 from dgno.data.paired import from_tensor_image, load_pairs, read_split, to_tensor_image
 from dgno.inference.cuda_graphs import forward_fn
+from dgno.inference.pipeline import timed_pipeline
 from dgno.inference.tiling import tiled_apply
 from dgno.io import InputError, read_image, write_csv, write_json, write_tiff
 
@@ -92,6 +94,39 @@ def _score(pred: np.ndarray, gt: np.ndarray, *, with_lpips: bool, lpips_source: 
     return row, lpips_source
 
 
+class _ScoringStages:
+    """Reading, restoring and scoring one test image: the three stages of ``dgno.inference.pipeline``.
+
+    ``finish`` runs one image at a time in order (sequentially or in the writer thread), so ``rows``
+    and the LPIPS weight source it carries along come out as in a plain loop.
+    """
+
+    def __init__(self, restore: Restorer, out_dir: Path, blur_dir: Path, *, method: str, with_lpips: bool, save_restored: bool, precomputed: Path | None) -> None:
+        self.restore, self.out_dir, self.blur_dir, self.method = restore, out_dir, blur_dir, method
+        self.with_lpips, self.save_restored, self.precomputed = with_lpips, save_restored, precomputed
+        self.rows: list[dict] = []
+        self.lpips_source: str | None = None
+
+    def load(self, pair) -> tuple[np.ndarray, np.ndarray]:
+        """The input (or the precomputed restoration) and the sharp image, decoded."""
+        return (read_image(self.precomputed / f"{pair.id}.tif") if self.precomputed else pair.blur), pair.gt
+
+    def compute(self, pair, loaded: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """(restored, sharp): the network's part, in the caller's thread."""
+        try:
+            return loaded if self.precomputed else (self.restore(loaded[0]), loaded[1])
+        except NonFiniteOutput as exc:
+            raise NonFiniteOutput(f"{self.blur_dir / pair.id}.tif ({self.method}): {exc}") from None
+
+    def finish(self, pair, result: tuple[np.ndarray, np.ndarray]) -> None:
+        """Score the restored image and write it (when asked)."""
+        pred, gt = result
+        row, self.lpips_source = _score(pred, gt, with_lpips=self.with_lpips, lpips_source=self.lpips_source)
+        self.rows.append({"id": pair.id, **row})
+        if self.save_restored and not self.precomputed:
+            write_tiff(self.out_dir / "restored" / f"{pair.id}.tif", pred.astype(np.float32), compress=True)
+
+
 def score_dataset(
     restore: Restorer,
     data_dir: str | Path,
@@ -105,6 +140,8 @@ def score_dataset(
     extra: dict | None = None,
     min_size: int = 1,
     precomputed: Path | None = None,
+    overlap_io: bool = False,
+    device: torch.device | None = None,
 ) -> dict:
     """Restore and score the test split of `data_dir` at blur `level`.
 
@@ -113,20 +150,17 @@ def score_dataset(
     downstream checks; the workflow asks only where a later rule reads them (``keep_restored``).
     precomputed: a folder of already restored ``<id>.tif`` (e.g. from deconvolution) to score
     instead of calling `restore`, so every method is scored by exactly the same code.
+    overlap_io: decode the next images and score/write the previous ones in background threads while
+    `restore` runs (``dgno.inference.pipeline``; same rows and files). ``summary["runtime"]`` holds the
+    wall time, images/s and, on ``device`` = CUDA, the mean GPU utilisation.
     """
     out_dir = Path(out_dir)
     test_ids = read_split(data_dir)["test"]
     pairs = load_pairs(data_dir, split="test", levels=[level], ids=test_ids, min_size=min_size)
-    rows, lpips_source = [], None
-    for pair in tqdm(pairs, desc=f"evaluate {method} {level}", disable=not progress):
-        try:
-            pred = read_image(precomputed / f"{pair.id}.tif") if precomputed else restore(pair.blur)
-        except NonFiniteOutput as exc:
-            raise NonFiniteOutput(f"{Path(data_dir) / 'blur' / level / pair.id}.tif ({method}): {exc}") from None
-        row, lpips_source = _score(pred, pair.gt, with_lpips=with_lpips, lpips_source=lpips_source)
-        rows.append({"id": pair.id, **row})
-        if save_restored and not precomputed:
-            write_tiff(out_dir / "restored" / f"{pair.id}.tif", pred.astype(np.float32), compress=True)
+    stages = _ScoringStages(restore, out_dir, Path(data_dir) / "blur" / level, method=method, with_lpips=with_lpips, save_restored=save_restored, precomputed=precomputed)
+    bar = partial(tqdm, total=len(pairs), desc=f"evaluate {method} {level}", disable=not progress)
+    runtime = timed_pipeline(pairs, stages.load, stages.compute, stages.finish, overlap=overlap_io, device=device or torch.device("cpu"), progress=bar)
+    rows, lpips_source = stages.rows, stages.lpips_source
     frame = pd.DataFrame(rows)
     write_csv(out_dir / "per_image.csv", frame)
     summary = {
@@ -140,6 +174,7 @@ def score_dataset(
         "lpips": float(frame["lpips"].mean()) if with_lpips else None,
         "lpips_source": lpips_source if with_lpips else "not computed (evaluate.lpips: false)",
         "provenance": provenance.collect(),
+        "runtime": runtime,
         **(extra or {}),
     }
     write_json(out_dir / "summary.json", summary)
@@ -158,16 +193,22 @@ def evaluate_checkpoint(
     device: str = "auto",
     method: str | None = None,
     tile_batch: int | None = None,
+    cuda_graphs: bool = False,
     **kwargs,
 ) -> dict:
     """Score a trained ``model.pt`` on one blur level of a dataset's test split.
 
     ``tile_batch``: tiles per forward pass; None = 8 on a GPU, 1 on a CPU (where batching does
-    not pay and one tile at a time keeps memory low).
+    not pay and one tile at a time keeps memory low). ``cuda_graphs``: replay the forward pass
+    (one graph per tile shape, ``dgno.inference.cuda_graphs``); other keywords go to :func:`score_dataset`
+    (e.g. ``overlap_io``).
     """
     dev = pick_device(device)
     model, blob = load_trained(checkpoint, dev)
-    restore = model_restorer(model, dev, tile=tile, overlap=overlap, blend=blend, tile_batch=default_tile_batch(dev, tile_batch))
+    graphs, tiles = cuda_graphs and dev.type == "cuda", default_tile_batch(dev, tile_batch)
+    restore = model_restorer(model, dev, tile=tile, overlap=overlap, blend=blend, tile_batch=tiles, cuda_graphs=graphs)
     extra = {"checkpoint": str(checkpoint), "model_spec": blob["spec"], "weights": blob.get("weights", "ema"), "tile": tile, "overlap": overlap, "blend": blend}
+    extra.update(tile_batch=tiles, cuda_graphs=graphs)
+    kwargs.setdefault("device", dev)
     min_size = int(model.hparams.get("operator_kwargs", {}).get("element_size", 1))  # one DG element must fit
     return score_dataset(restore, data_dir, level, out_dir, method=method or blob["spec"]["name"], extra=extra, min_size=min_size, **kwargs)

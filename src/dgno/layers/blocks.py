@@ -47,6 +47,18 @@ def group_layer_norm(x: Tensor, groups: int, weight: Tensor, bias: Tensor, eps: 
     return torch.addcmul(bias[:, :, None, None], y, weight[:, :, None, None]).reshape(b, c, h, w).to(dtype)
 
 
+def channel_layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
+    """``group_layer_norm(x, 1, weight[None], bias[None], eps)`` as one ``F.layer_norm`` over the channel axis.
+
+    The channel axis is moved last by a view (no copy when x is channels-last), so the per-pixel
+    mean, variance and affine map are one fused kernel instead of about eight element-wise passes;
+    the output is a channels-last view of the (B, C, H, W) result.  Same definition (biased
+    variance, ε inside the root), equal up to float rounding; statistics in float32 at least.
+    """
+    y = F.layer_norm(at_least_fp32(x).permute(0, 2, 3, 1), (x.shape[1],), weight, bias, eps)
+    return y.permute(0, 3, 1, 2).to(x.dtype)
+
+
 def at_least_fp32(x: Tensor) -> Tensor:
     """x in float32 if it is a 16-bit float (float32/float64 unchanged).
 
@@ -64,6 +76,10 @@ class LayerNorm2d(nn.Module):
     the image size and of batch statistics.
     """
 
+    # True: one F.layer_norm (``channel_layer_norm``), the fast path on a GPU; switched per model by
+    # dgno.train.step.set_fused_norms (a runtime choice, not part of the weights or the spec).
+    fused = False
+
     def __init__(self, dim: int, *, eps: float = 1e-6) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
@@ -71,6 +87,8 @@ class LayerNorm2d(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.fused:
+            return channel_layer_norm(x, self.weight, self.bias, self.eps)
         return group_layer_norm(x, 1, self.weight[None], self.bias[None], self.eps)
 
 

@@ -49,6 +49,10 @@ class HeadLayerNorm(nn.Module):
     before it is cut into elements: per-pixel statistics do not care about the cut.
     """
 
+    # True: mean and unbiased variance from one ``var_mean`` reduction (the reference takes a mean and
+    # then a standard deviation, which forms its own mean again); set by dgno.train.step.set_fused_norms.
+    fused = False
+
     def __init__(self, heads: int, head_dim: int, *, eps: float = 1e-5) -> None:
         super().__init__()
         if head_dim < 2:
@@ -61,8 +65,12 @@ class HeadLayerNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         b, c, h, w = x.shape
         xg = x.reshape(b, self.heads, self.head_dim, h, w)
-        xc = xg - xg.mean(dim=2, keepdim=True)
-        y = xc / (xg.std(dim=2, keepdim=True) + self.eps)
+        if self.fused:
+            var, mean = torch.var_mean(xg, dim=2, keepdim=True, correction=1)
+            y = (xg - mean) / (var.sqrt() + self.eps)
+        else:
+            xc = xg - xg.mean(dim=2, keepdim=True)
+            y = xc / (xg.std(dim=2, keepdim=True) + self.eps)
         return torch.addcmul(self.bias[:, :, None, None], y, self.weight[:, :, None, None]).reshape(b, c, h, w)
 
 

@@ -217,6 +217,8 @@ def _training_table(train: pd.DataFrame, file: str, device: str) -> Table:
     table = Table(columns=[("step", "ms/it"), ("60 k iterations", "hours"), ("peak", "GB")])
     for r in train.itertuples():
         label = f"{r.model}, batch {int(r.batch)} at {int(r.size)} px, {'bf16 autocast' if r.amp_bf16 else 'float32'}{', TF32 matmul' if '+tf32' in str(r.mode) else ''}"
+        if "+levers" in str(r.mode) and isinstance(getattr(r, "detail", None), str):
+            label += f", {r.detail}"
         sec_it = float(r.seconds_per_iteration)
         gb = None if pd.isna(r.peak_memory_mb) else float(r.peak_memory_mb) / 1024
         table.rows.append(
@@ -226,10 +228,28 @@ def _training_table(train: pd.DataFrame, file: str, device: str) -> Table:
             )
         )
     table.caption = "Training steps (forward, multi-scale L1 + FFT loss, backward, AdamW). " + _provenance(train, file, device)
+    if train["mode"].astype(str).str.contains(r"\+levers").any():
+        table.caption += (
+            " Rows naming levers are the training loop's own step (dgno.train.step, with the EMA update) under the train: options "
+            "named; 'today's step' has none of them."
+        )
     return table
 
 
-def speed_tables(forward: pd.DataFrame, train: pd.DataFrame, prows: dict, file: str, device: str) -> list[Table]:
+def _evaluation_table(evaluate: pd.DataFrame, file: str, device: str) -> Table:
+    """Whole-test-set evaluation (bench_issue27.py): images/s per setting, what each setting was."""
+    table = Table(columns=[("evaluation", "img/s")])
+    for r in evaluate.itertuples():
+        ips = None if pd.isna(r.images_per_second) else float(r.images_per_second)
+        table.rows.append((f"{r.model}, {r.mode}: {r.detail}", [Cell(measured=ips, digits=2)]))
+    table.caption = (
+        "Evaluation of a whole test set (dgno.inference.evaluate.evaluate_checkpoint: tiles, network, scores, restored TIFFs written), "
+        "images per second of wall time. " + _provenance(evaluate, file, device)
+    )
+    return table
+
+
+def speed_tables(forward: pd.DataFrame, train: pd.DataFrame, prows: dict, file: str, device: str, evaluate: pd.DataFrame | None = None) -> list[Table]:
     """Tables of one ``bench_gpu_speed.py`` file: the paper's protocol, inference per batch/precision, training.
 
     * paper protocol (mode "autograd"): batch 1, float32, forward with autograd on — the protocol whose
@@ -237,15 +257,27 @@ def speed_tables(forward: pd.DataFrame, train: pd.DataFrame, prows: dict, file: 
       DGNO ÷ Restormer ratios beside the paper's ratios;
     * inference without autograd, for each (batch, precision): each model's fastest way to run
       (eager, CUDA-graph replay or torch.compile; the mode is named), and the ratios to Restormer;
-    * training steps: ms per iteration, hours per 60 k iterations, peak memory.
+    * training steps: ms per iteration, hours per 60 k iterations, peak memory (with the speed levers named);
+    * whole-test-set evaluations (bench_issue27.py files), when given.
     """
     dgno = [m for m in dict.fromkeys(forward["model"]) if str(m).startswith("dgno")]
     auto = forward[forward["mode"] == "autograd"]
     tables = [_paper_protocol_table(auto, dgno, prows, file, device)] if not auto.empty else []
-    tables += _inference_tables(forward[forward["mode"].isin(["eager", "graphs", "compile"])], dgno, prows, file, device)
+    without_autograd = forward["mode"].astype(str).str.split("+").str[0].isin(["eager", "graphs", "compile"])  # "+cl": channels-last
+    tables += _inference_tables(forward[without_autograd], dgno, prows, file, device)
     if not train.empty:
         tables.append(_training_table(train, file, device))
+    if evaluate is not None and not evaluate.empty:
+        tables.append(_evaluation_table(evaluate, file, device))
     return tables
+
+
+def findings_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]] | None:
+    """The findings of bench_issue27.py files (kind "decision"), one row each: file, topic, finding."""
+    found = frame[frame["kind"] == "decision"] if "kind" in frame else frame
+    if found.empty:
+        return None
+    return ["file", "topic", "finding"], [[f"benchmarks/results/{r.file}", str(r.model), str(r.detail)] for r in found.itertuples()]
 
 
 def _bench_table(sub: pd.DataFrame, file: str, device: str, prows: dict) -> Table:
@@ -304,10 +336,13 @@ def runtime_section(results: Path) -> tuple[Section, bool]:
     )
     prows = paper.get("rows", {})
     modes = frame["mode"] if "mode" in frame else pd.Series(index=frame.index, dtype=object)
-    speed = frame[modes.notna() & frame["kind"].isin(["forward", "train"])]  # bench_gpu_speed.py files
+    speed = frame[modes.notna() & frame["kind"].isin(["forward", "train", "evaluate"])]  # bench_gpu_speed.py / bench_issue27.py files
     speed_out = []
     for (file, device), sub in speed.groupby(["file", "device"], sort=False):
-        speed_out += speed_tables(sub[sub["kind"] == "forward"], sub[sub["kind"] == "train"], prows, file, str(device))
+        speed_out += speed_tables(sub[sub["kind"] == "forward"], sub[sub["kind"] == "train"], prows, file, str(device), evaluate=sub[sub["kind"] == "evaluate"])
+    findings = findings_table(frame)
+    if findings:
+        sec.text_tables.append(findings)
     # the table comparable with the paper's (its memory protocol) first, then inference, then training
     sec.tables.extend(sorted(speed_out, key=lambda t: (not t.caption.startswith("The paper's protocol"), t.caption.startswith("Training"))))
     forward = forward[forward["mode"].isna()] if "mode" in forward else forward

@@ -9,7 +9,9 @@ so evaluation and ``dgno deblur`` rebuild the network from the file alone
 (:func:`dgno.checkpoint.load_trained`).
 
 Crops are cut by a background thread (``prefetch`` batches ahead, ``dgno.train.batches``) so a GPU
-does not wait for numpy. Launched by ``torchrun`` with several processes, the same function trains
+does not wait for numpy. The optimizer step itself, and the levers that speed it up on a GPU
+(channels-last, cuDNN autotuning, fused norms and AdamW, torch.compile, CUDA graphs), live in
+``dgno.train.step``. Launched by ``torchrun`` with several processes, the same function trains
 data-parallel (DistributedDataParallel, ``dgno.train.distributed``): ``batch_size`` stays the batch
 of one optimizer step and is split over the ranks: every rank cuts the step's whole batch from one
 seeded stream and trains on its share, so a run gives the weights of a one-process run whatever the
@@ -40,10 +42,10 @@ from dgno.models.registry import build_model
 from dgno.train.batches import BatchStream, cut_batch, val_batches
 from dgno.train.distributed import Ranks, agree, barrier, gather, leave_distributed, setup_distributed, sync_buffers
 from dgno.train.launch import check_batches
-from dgno.train.losses import restoration_loss
 from dgno.train.recipe import ModelChoice, TrainConfig
 from dgno.train.resume import resumable_state, resume_rng, run_fingerprint
 from dgno.train.schedule import ema_decay_at, lr_at, progressive_stage
+from dgno.train.step import TrainStep, active_levers, backend_flags, make_optimizer, prepare_model
 
 # Exit status of a training stopped by SIGTERM after writing its checkpoint: 128 + SIGTERM, what a
 # shell reports for a process the signal ended, so SLURM and Snakemake see a failed job and retry.
@@ -67,12 +69,20 @@ class _StopFlag:
 
 @torch.no_grad()
 def ema_update(ema: torch.nn.Module, model: torch.nn.Module, decay: float) -> None:
-    """ema ← decay·ema + (1 − decay)·model, for parameters and floating buffers."""
+    """ema ← decay·ema + (1 − decay)·model, for parameters and floating buffers.
+
+    One multi-tensor lerp for all floating tensors (the same values as a lerp per tensor, in a few
+    kernels instead of one per tensor on a GPU); integer buffers are copied.
+    """
+    floats: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
     for e, m in zip(ema.state_dict().values(), model.state_dict().values()):
         if e.dtype.is_floating_point:
-            e.lerp_(m, 1.0 - decay)
+            floats[0].append(e)
+            floats[1].append(m)
         else:
             e.copy_(m)
+    if floats[0]:
+        torch._foreach_lerp_(floats[0], floats[1], 1.0 - decay)
 
 
 @dataclass
@@ -83,6 +93,7 @@ class _Run:
     ema: torch.nn.Module
     net: torch.nn.Module  # the network called in the loop: the model, DDP-wrapped when distributed
     opt: torch.optim.Optimizer
+    stepper: TrainStep
     sampler: CropSampler
     val: tuple[np.ndarray, np.ndarray] | None
     spec: dict[str, Any]
@@ -118,6 +129,7 @@ def _load_training_data(data_dir: Path, levels: list[str], ranks: Ranks, progres
 def _build_networks(model_choice: ModelChoice, channels: int, cfg: TrainConfig, ranks: Ranks, device: torch.device):
     """(model, its EMA copy, the network to call — DDP-wrapped when distributed —, AdamW)."""
     model = build_model(model_choice.name, scale=model_choice.scale, in_channels=channels, **registry_overrides(model_choice.overrides)).to(device)
+    prepare_model(model, cfg)  # memory format and norm kernels (speed levers), copied into the EMA
     ema = copy.deepcopy(model).eval()  # copied before DDP attaches its gradient hooks to the parameters
     for p in ema.parameters():
         p.requires_grad_(False)
@@ -126,8 +138,7 @@ def _build_networks(model_choice: ModelChoice, channels: int, cfg: TrainConfig, 
         # Wrapping broadcasts rank 0's initial weights and buffers; gradients are averaged in backward.
         net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         ema.load_state_dict(model.state_dict())  # start the EMA from the broadcast weights
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-    return model, ema, net, opt
+    return model, ema, net, make_optimizer(model, cfg, device)
 
 
 def _write_log(path: Path, rows: list[list[str]]) -> None:
@@ -152,12 +163,13 @@ def _prepare(data_dir: Path, out_dir: Path, *, model_choice: ModelChoice, levels
     torch.manual_seed(cfg.seed)
     pairs, val_pairs, channels = _load_training_data(data_dir, levels, ranks, progress)
     model, ema, net, opt = _build_networks(model_choice, channels, cfg, ranks, device)
+    stepper = TrainStep(model, net, opt, cfg, device)
     # The whole step's batch on every rank, from the same seed: each rank trains on its share of it.
     sampler = CropSampler(pairs, patch=cfg.patch_size, batch_size=cfg.batch_size, seed=cfg.seed)
     val = val_batches(val_pairs, cfg)
     spec = {"name": model_choice.name, "scale": model_choice.scale, "hparams": model.hparams, "overrides": model_choice.overrides}
     fingerprint = run_fingerprint(spec, cfg, levels, data_dir)
-    return _Run(model, ema, net, opt, sampler, val, spec, fingerprint, cfg, ranks, device, out_dir)
+    return _Run(model, ema, net, opt, stepper, sampler, val, spec, fingerprint, cfg, ranks, device, out_dir)
 
 
 def _resume(run: _Run) -> int:
@@ -204,10 +216,8 @@ def _checkpoint(run: _Run, batches: BatchStream, it: int) -> None:
 
 
 def _step(run: _Run, batches: BatchStream, it: int) -> torch.Tensor:
-    """One optimizer step on the next batch; returns this rank's loss."""
+    """One optimizer step on the next batch (``dgno.train.step``), then the buffers and the EMA; returns this rank's loss."""
     cfg, ranks, device = run.cfg, run.ranks, run.device
-    for g in run.opt.param_groups:
-        g["lr"] = lr_at(it, cfg)
     blur, gt = batches.next()  # the step's whole batch, the same on every rank
     if cfg.progressive:
         patch, stage_batch = progressive_stage(it, cfg)
@@ -215,16 +225,7 @@ def _step(run: _Run, batches: BatchStream, it: int) -> torch.Tensor:
         blur, gt = cut_batch(blur, gt, patch=patch, batch=stage_batch, seed=(cfg.seed * 1_000_003 + it) * 97)
     share = ranks.share(blur.shape[0])
     blur, gt = (t[share].to(device, non_blocking=True) for t in (blur, gt))
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
-        outputs = as_outputs(run.net(blur))
-    loss = restoration_loss([o.float() for o in outputs], gt, fft_weight=cfg.fft_weight)
-    if not torch.isfinite(loss):
-        raise FloatingPointError(f"loss became {loss.item()} at iteration {it}; lower train.lr or check the data")
-    run.opt.zero_grad(set_to_none=True)
-    loss.backward()
-    if cfg.grad_clip:
-        torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
-    run.opt.step()
+    loss = run.stepper(blur, gt, it)
     sync_buffers(run.model, ranks)
     ema_update(run.ema, run.model, ema_decay_at(it, cfg.ema_decay))
     return loss
@@ -312,9 +313,15 @@ def _train(data_dir: Path, out_dir: Path, *, model_choice: ModelChoice, levels: 
     out_dir.mkdir(parents=True, exist_ok=True)
     run = _prepare(data_dir, out_dir, model_choice=model_choice, levels=levels, cfg=cfg, ranks=ranks, device=device, progress=progress)
     start = _resume(run)
+    levers = active_levers(cfg, device)
     if ranks.main:
         _write_log(run.metrics_path, run.log_rows)  # the curve up to the checkpoint, even if Snakemake deleted the CSV
-    _loop(run, start, desc=f"train {model_choice.name}", progress=progress, install_signal_handlers=install_signal_handlers)
+        if levers:
+            tqdm.write(f"training step levers: {', '.join(levers)}")
+    with backend_flags(cfg):
+        _loop(run, start, desc=f"train {model_choice.name}", progress=progress, install_signal_handlers=install_signal_handlers)
+    if ranks.main and cfg.compile and run.stepper.first_step_seconds is not None:
+        tqdm.write(f"torch.compile: the first step took {run.stepper.first_step_seconds:.1f} s (compilation included)")
     return _write_model(run, levels, data_dir)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from dgno.layers.blocks import at_least_fp32  # bf16 outputs in float32; a float64 network keeps float64
+
 
 def multiscale_targets(gt: torch.Tensor, outputs: list[torch.Tensor]) -> list[torch.Tensor]:
     """Ground truth at each output's size: bilinear, no antialiasing (the authors' 1/4, 1/2, 1 targets).
@@ -22,7 +24,7 @@ def fft_l1(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     The authors' FFT term: real and imaginary parts stacked and compared by a mean L1. It penalises
     missing high frequencies that a pixel L1 barely sees, which is the point of deblurring.
     """
-    diff = torch.fft.fft2(out.float()) - torch.fft.fft2(target.float())
+    diff = torch.fft.fft2(at_least_fp32(out)) - torch.fft.fft2(at_least_fp32(target))
     return torch.view_as_real(diff).abs().mean()
 
 

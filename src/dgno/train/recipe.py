@@ -5,6 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# Settings that change how fast a step runs, not what it computes (at most float rounding): they are not
+# part of a run's fingerprint (a checkpoint resumes whatever their values) nor of the workflow's params
+# (changing one does not retrain). dgno.workflow.settings keeps the same list (tests/test_train_step.py ties them).
+SPEED_ONLY = ("prefetch", "channels_last", "cudnn_benchmark", "fused_layernorm", "adamw_impl", "compile", "cuda_graphs")
+ADAMW_IMPLS = ("default", "foreach", "fused")
+
 
 @dataclass
 class TrainConfig:
@@ -35,8 +41,17 @@ class TrainConfig:
     # Progressive training (the authors' 3DHistech recipe): stages {iterations, patch_size, batch_size},
     # run in order; each step cuts its stage's batch and patch out of a full (batch_size, patch_size) batch.
     progressive: list[dict[str, int]] = field(default_factory=list)
+    # Speed levers of the training step (dgno.train.step), all off by default: see that module.
+    channels_last: bool = False  # NHWC weights and batches
+    cudnn_benchmark: bool = False  # cuDNN picks its fastest convolution algorithms per shape (CUDA)
+    fused_layernorm: bool = False  # channel LayerNorm as one F.layer_norm, per-head norms in one reduction
+    adamw_impl: str = "default"  # torch's default AdamW, or its "foreach" / "fused" implementation
+    compile: bool = False  # torch.compile of forward + loss (+ their backward)
+    cuda_graphs: bool = False  # the whole step replayed from a CUDA graph (CUDA, one process)
 
     def __post_init__(self) -> None:
+        if self.adamw_impl not in ADAMW_IMPLS:
+            raise ValueError(f"adamw_impl={self.adamw_impl!r}; allowed: {', '.join(map(repr, ADAMW_IMPLS))}")
         if self.prefetch < 0:
             raise ValueError(f"prefetch={self.prefetch!r}; allowed: an integer >= 0 (0 = no background thread)")
         if self.eval_weights not in ("ema", "raw"):

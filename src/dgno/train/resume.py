@@ -17,7 +17,7 @@ import torch
 from tqdm import tqdm
 
 from dgno.train.distributed import Ranks, barrier
-from dgno.train.recipe import TrainConfig
+from dgno.train.recipe import SPEED_ONLY, TrainConfig
 
 
 def data_digest(data_dir: Path, levels: list[str]) -> str:
@@ -41,10 +41,11 @@ def data_digest(data_dir: Path, levels: list[str]) -> str:
 def run_fingerprint(spec: dict[str, Any], cfg: TrainConfig, levels: list[str], data_dir: Path) -> dict[str, Any]:
     """Everything a checkpoint's training depends on: model spec, recipe (incl. seed and device), levels, data.
 
-    ``prefetch`` is left out: it changes speed, not the batches.  A checkpoint resumes only a run with
+    The speed-only settings (``recipe.SPEED_ONLY``: prefetch and the step's levers) are left out: they change
+    how fast a step runs, not the batches or the recipe.  A checkpoint resumes only a run with
     the same fingerprint; any change (a new flux, learning rate, seed, level or dataset) trains anew.
     """
-    recipe = {k: v for k, v in asdict(cfg).items() if k != "prefetch"}
+    recipe = {k: v for k, v in asdict(cfg).items() if k not in SPEED_ONLY}
     return json.loads(json.dumps({"spec": spec, "train_config": recipe, "levels": list(levels), "data": data_digest(data_dir, levels)}, sort_keys=True, default=list))
 
 

@@ -15,6 +15,7 @@ import jsonschema
 import yaml
 
 from dgno.models.registry import list_models
+from dgno.workflow.settings import SPEED_ONLY_TRAIN
 
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -187,8 +188,8 @@ def _check_dataset(cfg: dict, name: str, ds: dict) -> None:
     datasets, methods = cfg["datasets"], cfg["methods"]
     train_keys = sorted(cfg["train"])
     for key in ds.get("train", {}):
-        if key not in train_keys or key == "prefetch":
-            raise ConfigError(f"config key datasets.{name}.train.{key}: not a training setting; allowed values: {', '.join(k for k in train_keys if k != 'prefetch')}")
+        if key not in train_keys or key in SPEED_ONLY_TRAIN:  # speed-only settings are global
+            raise ConfigError(f"config key datasets.{name}.train.{key}: not a training setting; allowed values: {', '.join(k for k in train_keys if k not in SPEED_ONLY_TRAIN)}")
     for method in ds.get("method_overrides", {}):
         if method not in methods:
             raise ConfigError(f"config key datasets.{name}.method_overrides.{method}: not a method of this config; allowed values: {', '.join(methods)}")

@@ -30,13 +30,24 @@ def canonical(obj: Any) -> Any:
     return json.loads(json.dumps(obj, sort_keys=True))
 
 
+# Training settings that change speed, not results (prefetch and the step's levers, dgno.train.step);
+# dgno.train.recipe.SPEED_ONLY is the same list (kept here too so the DAG need not import torch).
+SPEED_ONLY_TRAIN = ("prefetch", "channels_last", "cudnn_benchmark", "fused_layernorm", "adamw_impl", "compile", "cuda_graphs")
+
+
 def train_settings(config: Config, dataset: str) -> dict[str, Any]:
     """The training recipe of one dataset: the top-level `train` with the dataset's own settings on
-    top (e.g. the authors' 3DHistech schedule). prefetch only changes speed, not results: it is left
-    out so that changing it does not retrain; the script reads it from the config."""
+    top (e.g. the authors' 3DHistech schedule). The speed-only settings (SPEED_ONLY_TRAIN) are left
+    out so that changing one does not retrain; the script reads them from the config."""
     merged = {**config["train"], **config["datasets"][dataset].get("train", {})}
-    merged.pop("prefetch", None)
+    for key in SPEED_ONLY_TRAIN:
+        merged.pop(key, None)
     return canonical(merged)
+
+
+def speed_only_train(config: Config) -> dict[str, Any]:
+    """The speed-only training settings of the config (schema defaults filled in), for the train script."""
+    return {key: config["train"][key] for key in SPEED_ONLY_TRAIN if key in config["train"]}
 
 
 def method_settings(config: Config, dataset: str, method: str) -> dict[str, Any]:
