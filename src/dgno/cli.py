@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dgno.workflow.config import load_config
 from dgno.data.check import data_check
 from dgno.io import InputError
 from dgno.report.build import build_report
+from dgno.workflow.config import load_config
 
 
 def _run_command(args: argparse.Namespace) -> int:

@@ -18,13 +18,13 @@ from dgno.analysis.bench import bench_forward, bench_train, write_results
 from dgno.analysis.cost import summary_rows
 from dgno.analysis.lam import image_lam
 from dgno.checkpoint import import_official as import_official_checkpoint
-from dgno.workflow.config import load_config
 from dgno.inference.deblur import deblur_files
 from dgno.inference.evaluate import evaluate_checkpoint
 from dgno.io import InputError, write_csv
 from dgno.report.figures import lam_maps
 from dgno.train import INTERRUPTED_EXIT, Interrupted, ModelChoice, TrainConfig
 from dgno.train import train as train_model
+from dgno.workflow.config import load_config
 
 
 def train(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ from glob import glob
 from pathlib import Path
 
 from dgno.workflow import plan
+from dgno.workflow import reproduction
 from dgno.workflow import resources as dgno_resources
 from dgno.workflow import settings
 from dgno.workflow.config import load_schema, validate_config
@@ -126,6 +127,10 @@ def official_options(wildcards):
     return plan.official_options(config, wildcards.dataset, wildcards.method)
 
 
+def bbbc006_settings(wildcards):
+    return settings.bbbc006_settings(config, wildcards.dataset)
+
+
 def bbbc006_planes(wildcards):
     return plan.bbbc006_planes(config, wildcards.dataset)
 
@@ -171,3 +176,32 @@ def operator_map_inputs(wildcards):
 
 def lam_inputs(wildcards):
     return plan.lam_inputs(config, wildcards.dataset)
+
+
+# --- the reproduction from the authors' released weights (dgno.workflow.reproduction) ------------
+def reproduction_table_inputs():
+    return reproduction.table_inputs(config) if reproduction.methods(config) else {}
+
+
+def reproduction_settings():
+    return reproduction.settings(config) if reproduction.methods(config) else {}
+
+
+def reproduction_stardist_inputs(wildcards):
+    return reproduction.stardist_inputs(config, wildcards.dataset)
+
+
+def gumbel_settings():
+    """The evaluation's settings, and the repeats and seed of the authors' Gumbel routing."""
+    ev = settings.evaluate_settings(config)
+    repeats = config["evaluate"]["gumbel_repeats"]
+    return {**ev, "repeats": repeats, "routing_seed": config["seed"]}
+
+
+def authors_target(wildcards):
+    if not reproduction.methods(config):
+        raise ValueError(
+            f"target authors: config {config['name']!r} has no `reproduction` block. Fix: run it with the paper "
+            "config (snakemake --profile slurm authors, or --configfile config/paper.yaml authors)"
+        )
+    return reproduction.REPORT

@@ -183,14 +183,30 @@ def check_prepared(data_dir: str | Path, *, name: str | None = None, fix: str | 
     if not levels and not expected_levels:
         report.missing.append("blur/: no blur level")
     for rel, folder in folders.items():
-        have = _stems(folder)
-        lacking = [i for i in ids if i not in have]
-        report.present.append(f"{rel}: {len(ids) - len(lacking)} of {len(ids)} images")
+        have, want = _stems(folder), _expected_ids(data_dir, manifest, rel, ids)
+        lacking = [i for i in want if i not in have]
+        report.present.append(f"{rel}: {len(want) - len(lacking)} of {len(want)} images")
         if lacking:
             shown = ", ".join(lacking[:5]) + (f" and {len(lacking) - 5} more" if len(lacking) > 5 else "")
             report.missing.append(f"{rel}: {len(lacking)} image(s) of split.csv missing ({shown})")
     report.ok = not report.missing and not report.problems
     return report
+
+
+def _expected_ids(data_dir: Path, manifest: dict, rel: str, ids: list[str]) -> list[str]:
+    """The ids a folder must hold: split.csv's, except for the levels with their own test set (manifest ``test_sets``,
+    the by-well fallback of the authors' BBBC006), whose ids the ground truth (and labels) hold as well."""
+    sets = manifest.get("test_sets", {})
+    extra = {lvl: read_split(data_dir, rec["file"]).get("test", []) for lvl, rec in sets.items()}
+    level = rel.removeprefix("blur/")
+    if level in extra:
+        return extra[level]
+    fallback = list(dict.fromkeys(i for members in extra.values() for i in members))
+    if rel == "gt":
+        return ids + fallback
+    if rel == "labels" and not manifest.get("labels"):
+        return fallback
+    return ids
 
 
 def check_demo(root: str | Path, *, datasets: Iterable[str] | None = None) -> Report:

@@ -18,8 +18,9 @@ from tqdm import tqdm
 
 from dgno import metrics, provenance
 from dgno.checkpoint import load_trained, pick_device
-from dgno.data.paired import from_tensor_image, load_pairs, read_split, to_tensor_image
+from dgno.data.paired import from_tensor_image, level_test_ids, load_pairs, to_tensor_image
 from dgno.inference.cuda_graphs import forward_fn
+from dgno.inference.gumbel import routing_hook
 from dgno.inference.tiling import tiled_apply
 from dgno.io import InputError, read_image, write_csv, write_json, write_tiff
 
@@ -105,6 +106,7 @@ def score_dataset(
     extra: dict | None = None,
     min_size: int = 1,
     precomputed: Path | None = None,
+    before_image: Callable[[str], None] | None = None,
 ) -> dict:
     """Restore and score the test split of `data_dir` at blur `level`.
 
@@ -113,12 +115,15 @@ def score_dataset(
     downstream checks; the workflow asks only where a later rule reads them (``keep_restored``).
     precomputed: a folder of already restored ``<id>.tif`` (e.g. from deconvolution) to score
     instead of calling `restore`, so every method is scored by exactly the same code.
+    before_image: called with each image's id before it is restored (per-image Gumbel seeds, dgno.inference.gumbel).
+    The test images of a level are split.csv's, or the level's own (``dgno.data.paired.level_test_ids``).
     """
     out_dir = Path(out_dir)
-    test_ids = read_split(data_dir)["test"]
-    pairs = load_pairs(data_dir, split="test", levels=[level], ids=test_ids, min_size=min_size)
+    pairs = load_pairs(data_dir, split="test", levels=[level], ids=level_test_ids(data_dir, level), min_size=min_size)
     rows, lpips_source = [], None
     for pair in tqdm(pairs, desc=f"evaluate {method} {level}", disable=not progress):
+        if before_image is not None:
+            before_image(pair.id)
         try:
             pred = read_image(precomputed / f"{pair.id}.tif") if precomputed else restore(pair.blur)
         except NonFiniteOutput as exc:
@@ -158,16 +163,23 @@ def evaluate_checkpoint(
     device: str = "auto",
     method: str | None = None,
     tile_batch: int | None = None,
+    routing: str = "argmax",
+    routing_seed: int = 0,
+    repeat: int = 0,
     **kwargs,
 ) -> dict:
     """Score a trained ``model.pt`` on one blur level of a dataset's test split.
 
     ``tile_batch``: tiles per forward pass; None = 8 on a GPU, 1 on a CPU (where batching does
-    not pay and one tile at a time keeps memory low).
+    not pay and one tile at a time keeps memory low). ``routing`` "gumbel": the authors' stochastic
+    token routing, seeded per image from (``routing_seed``, ``repeat``, id) (dgno.inference.gumbel).
     """
     dev = pick_device(device)
     model, blob = load_trained(checkpoint, dev)
+    before_image, routed = routing_hook(model, routing, seed=routing_seed, repeat=repeat)
     restore = model_restorer(model, dev, tile=tile, overlap=overlap, blend=blend, tile_batch=default_tile_batch(dev, tile_batch))
-    extra = {"checkpoint": str(checkpoint), "model_spec": blob["spec"], "weights": blob.get("weights", "ema"), "tile": tile, "overlap": overlap, "blend": blend}
+    extra = {"checkpoint": str(checkpoint), "model_spec": blob["spec"], "weights": blob.get("weights", "ema"), "tile": tile, "overlap": overlap, "blend": blend, **routed}
     min_size = int(model.hparams.get("operator_kwargs", {}).get("element_size", 1))  # one DG element must fit
-    return score_dataset(restore, data_dir, level, out_dir, method=method or blob["spec"]["name"], extra=extra, min_size=min_size, **kwargs)
+    return score_dataset(
+        restore, data_dir, level, out_dir, method=method or blob["spec"]["name"], extra=extra, min_size=min_size, before_image=before_image, **kwargs
+    )
