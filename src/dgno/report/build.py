@@ -21,13 +21,13 @@ from dgno.report.render import (
 from dgno.report.reproduction import reproduction_section
 from dgno.report.results import defocus_section, lifting_section, main_section, real_defocus_section, robustness_section
 from dgno.report.synthetic import synthetic_bbbc006_section, synthetic_section
-from dgno.report.tables import collect_summaries
+from dgno.report.tables import collect_summaries, summary_files
 
 
 def build_report(config: dict[str, Any], results_root: str | Path, out_html: str | Path) -> None:
     """Read every results file of this configuration and write the standalone HTML report."""
     results = Path(results_root)
-    summaries = collect_summaries(sorted((results / "eval").rglob("summary.json")))
+    summaries = collect_summaries(summary_files(results))
     sections = [protocol_section(config)]
     if "main" in config["experiments"]:
         sections.append(main_section(config, summaries, results))
@@ -85,7 +85,7 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
 def build_authors_report(config: dict[str, Any], results_root: str | Path, out_html: str | Path) -> None:
     """The report of target ``authors``: the protocol and the reproduction from the released weights, standing alone."""
     results = Path(results_root)
-    summaries = collect_summaries(sorted((results / "eval").rglob("summary.json")))
+    summaries = collect_summaries(summary_files(results))
     context = header_context(config, summaries)
     catalogue = [{"title": "Reproduction from the released weights", "section": "reproduction", "status": None, "reason": ""}]
     context.update(sections=[protocol_section(config), reproduction_section(config, results)], catalogue=catalogue, compute=benchmark_times(results / "benchmarks").to_dict("records"))

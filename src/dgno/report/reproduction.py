@@ -259,7 +259,8 @@ def reproduction_section(config: dict, results: str | Path) -> Section:
         "dgno import-official, nothing trained), beside the paper's value (src/dgno/report/paper_values.yaml). Tolerances (config reproduction.tolerances): "
         + ", ".join(f"{k} {v:g}" for k, v in st.get("tolerances", {}).items()) + "."
     )
-    sec.notes.append("Test images per cell: column 'test images' (from each dataset's manifest). " + "; ".join(sorted(set(frame["test_set"]))) + ".")
+    sets = sorted(set(measured["test_set"]))
+    sec.notes.append("Test images (from each dataset's manifest; per cell in column 'test images'): " + ("; ".join(sets) if sets else "none measured yet") + ".")
     sec.notes.append(
         f"Measured: routing {st.get('routing', 'argmax')} (this project's default: deterministic argmax). Gumbel: the authors' stochastic routing, "
         f"{st.get('gumbel_repeats', 0)} seeded repeats (evaluate.gumbel_repeats), mean ± sd over the repeats of the pooled metric: how much of a gap is inference noise."
