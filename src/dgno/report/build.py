@@ -50,7 +50,7 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
     if "lifting" in config["experiments"]:
         sections.append(lifting_section(config, summaries))
     if "defocus" in config["experiments"]:
-        sections.append(defocus_section(config, summaries))
+        sections.append(defocus_section(config, summaries, results))
     for name in ("dpdd", "realdof"):
         if name in config["experiments"]:
             sections.append(real_defocus_section(name, config, summaries))

@@ -132,7 +132,7 @@ def verdict(measured: float | None, paper: float, tolerance: float, metric: str)
     if measured is None:
         return "not measured"
     delta, unit, d = measured - paper, UNITS.get(metric, ""), DIGITS.get(metric, 3)
-    if abs(delta) <= tolerance:
+    if abs(delta) <= tolerance + 1e-9:  # a gap of exactly the tolerance is within it (not lost to float rounding)
         return f"reproduced (|Δ| ≤ {tolerance:g}{unit})"
     times = f", {abs(delta) / tolerance:.1f}× the tolerance" if tolerance > 0 else ""
     return f"not reproduced: Δ = {delta:+.{d}f}{unit}{times}"
