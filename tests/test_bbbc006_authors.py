@@ -28,6 +28,7 @@ from bbbc006_replica import (
 )
 from fixtures_http import bbbc006_http_session, bbbc006_server  # noqa: F401
 
+from dgno.cli import main
 from dgno.data import bbbc006
 from dgno.data import bbbc006_authors as authors
 from dgno.data.bbbc006_pairing import ARCHIVE, authors_channel, index_archive, parse_field, plane_from_name
@@ -164,6 +165,7 @@ def test_check_authors_describes_the_download_state(tmp_path, replica):
     report = authors.check_authors(tmp_path)
     assert report.ok, report.text()
     assert f"{tmp_path / 'BBBC006' / 'test'}: GT 4 w1 + 4 w2, blur 12 w1 + 12 w2" in report.text()
+    assert main(["data", "check", "bbbc006-authors", "--root", str(tmp_path)]) == 0  # the command line's name for it
 
 
 # ----------------------------------------------------------------------------------------- pairing

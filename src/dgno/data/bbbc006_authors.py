@@ -396,7 +396,7 @@ def _manifest(index: ArchiveIndex, split: dict[str, str], broad: BroadMap, *, se
 def check_authors(raw_root: str | Path, *, url: str = DEFAULT_URL) -> Report:
     """What of the authors' archive is under `raw_root`: unpacked folder and counts, or the download's state."""
     raw_root = Path(raw_root)
-    report = Report(name="bbbc006 (authors' split)", root=raw_root)
+    report = Report(name="bbbc006-authors", root=raw_root)  # the name of `dgno data check bbbc006-authors`
     root, archive = find_root(raw_root), raw_root / "archives" / ARCHIVE
     if root is None:
         state = ""
