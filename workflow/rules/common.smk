@@ -179,29 +179,14 @@ def lam_inputs(wildcards):
 
 
 # --- the reproduction from the authors' released weights (dgno.workflow.reproduction) ------------
-def reproduction_table_inputs():
-    return reproduction.table_inputs(config) if reproduction.methods(config) else {}
-
-
-def reproduction_settings():
-    return reproduction.settings(config) if reproduction.methods(config) else {}
+reproduction_table_inputs = functools.partial(reproduction.table_inputs, config)
+reproduction_settings = functools.partial(reproduction.settings, config)
+gumbel_settings = functools.partial(settings.gumbel_settings, config)
 
 
 def reproduction_stardist_inputs(wildcards):
     return reproduction.stardist_inputs(config, wildcards.dataset)
 
 
-def gumbel_settings():
-    """The evaluation's settings, and the repeats and seed of the authors' Gumbel routing."""
-    ev = settings.evaluate_settings(config)
-    repeats = config["evaluate"]["gumbel_repeats"]
-    return {**ev, "repeats": repeats, "routing_seed": config["seed"]}
-
-
 def authors_target(wildcards):
-    if not reproduction.methods(config):
-        raise ValueError(
-            f"target authors: config {config['name']!r} has no `reproduction` block. Fix: run it with the paper "
-            "config (snakemake --profile slurm authors, or --configfile config/paper.yaml authors)"
-        )
-    return reproduction.REPORT
+    return reproduction.target(config)

@@ -112,8 +112,20 @@ def restored_needed(config: Config) -> set[tuple[str, str, str]]:
     return {(ds, m, level) for m in methods(config) if ds in config["methods"][m]["official"]}
 
 
+def target(config: Config) -> str:
+    """The file target ``authors`` makes, or a clear error for a config without a reproduction."""
+    if not methods(config):
+        raise ValueError(
+            f"target authors: config {config['name']!r} has no `reproduction` block. Fix: run it with the paper "
+            "config (snakemake --profile slurm authors, or snakemake authors --cores all --configfile config/paper.yaml)"
+        )
+    return REPORT
+
+
 def table_inputs(config: Config) -> dict[str, list[str]]:
-    """What the reproduction table reads: evaluations, Gumbel repeats, StarDist AP and the datasets' manifests."""
+    """What the reproduction table reads: evaluations, Gumbel repeats, StarDist AP, manifests, the imports ({} without a reproduction)."""
+    if not methods(config):
+        return {}
     return {
         "summaries": summaries(config),
         "gumbel": gumbel_runs(config),
@@ -145,6 +157,8 @@ def network(config: Config, name: str) -> dict[str, Any]:
 
 def settings(config: Config) -> dict[str, Any]:
     """The reproduction table's params: methods, their datasets (placed or not, with the path), tolerances, levels."""
+    if not methods(config):
+        return {}
     spec = config["reproduction"]
     return {
         "methods": methods(config),

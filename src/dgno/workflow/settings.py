@@ -99,3 +99,8 @@ def evaluate_settings(config: Config) -> dict[str, Any]:
     if ev.get("routing", "argmax") != "argmax":
         out |= {"routing": ev["routing"], "routing_seed": config["seed"]}
     return canonical(out)
+
+
+def gumbel_settings(config: Config) -> dict[str, Any]:
+    """The evaluation's settings, and the repeats and seed of the authors' Gumbel routing (rule evaluate_gumbel)."""
+    return {**evaluate_settings(config), "repeats": config["evaluate"]["gumbel_repeats"], "routing_seed": config["seed"]}
