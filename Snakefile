@@ -50,6 +50,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/blur.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/official.smk"
+include: "workflow/rules/authors.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/downstream.smk"
 include: "workflow/rules/deconv.smk"
@@ -65,6 +66,10 @@ localrules:
     bbbc006_labels,
     paired_source,
     official_checkpoint,
+    bbbc006_authors_archive,
+    reproduction_table,
+    report_authors,
+    authors,
     operators,
     synthetic,
     nonblind,

@@ -155,3 +155,18 @@ def write_broad(root: Path, planes=(1, 5, 13, 16), *, labels: bool = True, skip=
             if (well, site) not in skip:
                 iio.imwrite(root / "labels" / f"{PREFIX}_{well}_s{site}.png", scene(well, site, "w1")[1])
     return root
+
+
+def broad_zips(planes=(1, 5, 13, 16), *, labels: bool = True) -> dict[str, bytes]:
+    """{archive name: zip bytes}: the Broad archives (``BBBC006_v1_images_z_NN.zip``, ``BBBC006_v1_labels.zip``) of the
+    replica's fields, as the Broad server names and lays them out, for the workflow to download beside the archive."""
+    from fixtures_http import zip_bytes
+
+    out = {}
+    for z in planes:
+        top = f"BBBC006_v1_images_z_{z:02d}"
+        out[f"{top}.zip"] = zip_bytes({f"{top}/{broad_name(w, s, ch, z)}": _tiff(plane_image(w, s, ch, z)) for w, s in fields() for ch in CHANNELS})
+    if labels:
+        pngs = {f"BBBC006_v1_labels/{PREFIX}_{w}_s{s}.png": iio.imwrite("<bytes>", scene(w, s, "w1")[1], extension=".png") for w, s in fields()}
+        out["BBBC006_v1_labels.zip"] = zip_bytes(pngs)
+    return out

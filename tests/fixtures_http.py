@@ -22,6 +22,7 @@ The handler is written here (no third-party server): it honours ``Range: bytes=N
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import re
@@ -213,9 +214,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, body[start:], headers, drop=first and name in st.faults.drop_first, name=name, rng=rng)
 
 
-@pytest.fixture(scope="session")
-def bbbc006_http_session():
-    archives = build_archives()
+@contextlib.contextmanager
+def serve(archives: dict[str, bytes]):
+    """A loopback server of `archives` (file name → bytes) under ``<base_url>``, with the fault switches."""
     state = MiniBBBC006(base_url="", archives=archives, faults=Faults(), requests=[])
     handler = type("MiniBBBC006Handler", (_Handler,), {"state": state})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -229,6 +230,12 @@ def bbbc006_http_session():
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def bbbc006_http_session():
+    with serve(build_archives()) as state:
+        yield state
 
 
 @pytest.fixture

@@ -14,7 +14,9 @@ import pytest
 import tifffile
 from bbbc006_replica import (
     CHANNELS,
+    SITES,
     TEST_FIELDS,
+    WELLS,
     archive_members,
     broad_name,
     fields,
@@ -26,10 +28,13 @@ from bbbc006_replica import (
 )
 from fixtures_http import bbbc006_http_session, bbbc006_server  # noqa: F401
 
+from dgno.cli import main
+from dgno.data import bbbc006
 from dgno.data import bbbc006_authors as authors
 from dgno.data.bbbc006_pairing import ARCHIVE, authors_channel, index_archive, parse_field, plane_from_name
 from dgno.data.check import check_prepared
 from dgno.data.download import DownloadError, TruncatedArchive, part_path, unpack_tar, verify_targz
+from dgno.data.paired import level_test_ids
 from dgno.io import InputError
 
 FAST = dict(backoff=0.0, timeout=10, progress=False)
@@ -43,6 +48,10 @@ def replica() -> bytes:
 @pytest.fixture(scope="module")
 def broad(tmp_path_factory):
     return write_broad(tmp_path_factory.mktemp("broad"))
+
+
+def _split(out) -> list[tuple[str, str]]:
+    return [tuple(line.split(",")) for line in (out / "split.csv").read_text().splitlines()[1:]]
 
 
 def _read(path) -> np.ndarray:
@@ -156,6 +165,7 @@ def test_check_authors_describes_the_download_state(tmp_path, replica):
     report = authors.check_authors(tmp_path)
     assert report.ok, report.text()
     assert f"{tmp_path / 'BBBC006' / 'test'}: GT 4 w1 + 4 w2, blur 12 w1 + 12 w2" in report.text()
+    assert main(["data", "check", "bbbc006-authors", "--root", str(tmp_path)]) == 0  # the command line's name for it
 
 
 # ----------------------------------------------------------------------------------------- pairing
@@ -261,7 +271,20 @@ def test_a_field_the_broad_folders_lack_is_refused_by_name(tmp_path):
 def test_names_without_fields_pair_unverified_and_report_no_mapping(tmp_path, broad):
     out = authors.prepare_dataset(unpack_replica(tmp_path / "raw", "opaque"), tmp_path / "ds", channel="w1", seed=0, broad_root=broad, n_val_wells=2, progress=False)
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["broad"]["status"] == "no_names" and "fall back to the by-well split" in manifest["broad"]["description"]
+    assert manifest["broad"]["status"] == "no_names" and "by-well split" in manifest["broad"]["description"]
     assert manifest["pairing"]["verified"].startswith("not verifiable") and manifest["labels"] is None
-    assert sorted(manifest["levels"]) == ["z02", "z06", "z10"] and not (out / "labels").exists()
+    assert sorted(manifest["levels"]) == ["z02", "z06", "z10"]
     assert check_prepared(out).ok and manifest["planes"]["rule"] == "position"
+    # the unseen levels fall back to the by-well split of the Broad planes; the evaluation follows the manifest
+    assert set(manifest["test_sets"]) == {"z01", "z05", "z13"} and manifest["test_sets"]["z01"]["split"] == "by_well"
+    wells = bbbc006.split_by_well(WELLS, seed=0, n_val=2)
+    expected = sorted(f"by_well-{w}_s{s}" for w in WELLS for s in SITES if wells[w] == "test")
+    assert sorted(level_test_ids(out, "z01")) == expected and manifest["test_sets"]["z01"]["test_wells"] == sorted(w for w in WELLS if wells[w] == "test")
+    assert level_test_ids(out, "z02") == [i for i, sp in _split(out) if sp == "test"] and all(not i.startswith("by_well-") for i in level_test_ids(out, "z02"))
+    w, s = expected[0].removeprefix("by_well-").split("_s")
+    assert np.array_equal(_read(out / "blur" / "z01" / f"{expected[0]}.tif"), _read(broad / "z01" / broad_name(w, int(s), "w1", 1)))
+    assert np.array_equal(_read(out / "gt" / f"{expected[0]}.tif"), _read(broad / "z16" / broad_name(w, int(s), "w1", 16)))
+    assert (out / "labels" / f"{expected[0]}.tif").exists()
+    # without the fallback, the unseen levels are left out
+    bare = authors.prepare_dataset(tmp_path / "raw", tmp_path / "bare", channel="w1", seed=0, broad_root=broad, labels=False, n_val_wells=2, fallback=False, progress=False)
+    assert "test_sets" not in json.loads((bare / "manifest.json").read_text()) and not (bare / "blur" / "z01").exists()

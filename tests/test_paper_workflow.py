@@ -65,6 +65,7 @@ def test_bbbc006_chain_through_the_workflow(tmp_path, bbbc006_server):  # noqa: 
     cfg = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
     cfg["downloads"] = {"bbbc006_url": bbbc006_server.base_url, "retries": 3, "raw_dir": "resources"}
     cfg["datasets"]["bbbc006_w1"]["n_val_wells"] = 1
+    cfg["datasets"]["bbbc006_w1"]["split"] = "by_well"  # the Broad chain (the authors' archive: tests/test_authors_workflow.py)
     path = tmp_path / "paper_loopback.yaml"
     path.write_text(yaml.safe_dump(cfg))
     proc = subprocess.run(

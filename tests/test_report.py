@@ -121,7 +121,7 @@ def test_report_shows_every_paper_number_it_has(tmp_path, paper_cfg):
     assert "StarDist 2D_versatile_fluo (published)" in stardist  # the model is named in the table header
     assert "SwinIR prints 0.5160, mean of its APs 0.5093" in stardist
     assert "DGNO-Face (authors&#39; weights)" in section("main") or "DGNO-Face (authors' weights)" in section("main")
-    assert "their training images may include some of these test images" in section("main")
+    assert "own test split on bbbc006_w1, bbbc006_w2 (their BBBC006.tar.gz)" in section("main")  # config/paper.yaml: split: authors
     for ds in ("bbbc006_w1", "bbbc006_w2", "3dhistech"):  # every column's visual comparison has its place in the page
         assert f"results/figures/visual_{ds}.png" in section("main") or f"figures/visual_{ds}.png" in section("main"), ds
     protocol = section("protocol")

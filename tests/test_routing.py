@@ -103,3 +103,38 @@ def test_bad_arguments_are_refused(args, match):
 def test_a_model_without_assm_is_refused():
     with pytest.raises(ValueError, match="Linear has no ASSM"):
         set_routing(nn.Linear(2, 2), "argmax")
+
+
+def test_gumbel_routed_models_are_not_captured_in_cuda_graphs(model):
+    """A CUDA graph would replay the one draw made at capture; capturable() says so (checked before any GPU work)."""
+    from dgno.inference.cuda_graphs import capturable
+
+    set_routing(model, "gumbel", seed=1)
+    try:
+        ok, why = capturable(model, torch.device("cuda"))
+        assert not ok and "routing 'gumbel'" in why and "replay one draw" in why
+    finally:
+        set_routing(model, "argmax")
+
+
+def test_per_image_seeds_make_an_image_independent_of_the_others(model, x):
+    """Each image's Gumbel draws depend on (seed, repeat, id) only: its result does not change with the order."""
+    from dgno.inference.gumbel import image_seed, routing_hook
+
+    assert image_seed(0, 1, "a01_s1") != image_seed(0, 2, "a01_s1") != image_seed(0, 1, "a01_s2")
+    other = torch.rand(1, 1, 32, 32, generator=torch.Generator().manual_seed(9))
+    hook, record = routing_hook(model, "gumbel", seed=3, repeat=1)
+    assert record["routing"] == "gumbel" and record["gumbel_repeat"] == 1
+    try:
+        hook("img0")
+        first = _run(model, x)
+        hook("img1")
+        _run(model, other)
+        hook("img0")
+        again = _run(model, x)  # after another image: the same draws
+        torch.testing.assert_close(again, first, atol=0, rtol=0)
+    finally:
+        set_routing(model, "argmax")
+    assert routing_hook(model, "argmax") == (None, {"routing": "argmax"})
+    plain = build_model("nafnet", scale="smoke").eval()
+    assert routing_hook(plain, "gumbel", seed=0)[0] is None  # nothing to route: recorded as argmax

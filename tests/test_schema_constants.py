@@ -12,10 +12,11 @@ from __future__ import annotations
 import pytest
 
 from dgno.checkpoint import pick_device
-from dgno.data import bbbc006, demo, paired_sets
+from dgno.data import bbbc006, bbbc006_pairing, demo, paired_sets
 from dgno.experiments import nonblind_settings as nonblind
 from dgno.inference.tiling import BLENDS
 from dgno.layers import blocks, flux
+from dgno.layers.mambair import ROUTINGS
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import LIFTING_BLOCKS, SCALES, list_models, model_spec
 from dgno.optics import seidel
@@ -148,8 +149,15 @@ def test_adamw_implementations_are_the_training_steps():
     assert set(SPEED_ONLY) <= set(_node("properties", "train", "properties"))
 
 
+def test_plane_rules_and_routings_are_the_codes():
+    assert _enum(*DATASET, "plane_rule") == list(bbbc006_pairing.PLANE_RULES)
+    assert _enum("properties", "evaluate", "properties", "routing") == list(ROUTINGS)
+
+
 # Enums that mirror no constant of the package: choices only the workflow itself acts on.
 WORKFLOW_ONLY = {
+    # which prepare function rule bbbc006_prepare calls (dgno.data.bbbc006 or dgno.data.bbbc006_authors)
+    (*DATASET, "split"),
     # which rule makes the StarDist model (workflow/rules/downstream.smk), not an option of dgno.downstream
     ("properties", "experiments", "properties", "stardist", "properties", "model"),
     # provenance labels the report prints as given
@@ -169,6 +177,8 @@ TIED = {
     ("properties", "train", "properties", "eval_weights"),
     ("properties", "train", "properties", "adamw_impl"),
     ("properties", "evaluate", "properties", "blend"),
+    ("properties", "evaluate", "properties", "routing"),
+    (*DATASET, "plane_rule"),
     ("properties", "experiments", "properties", "nonblind", "properties", "deconvolution", "items"),
 }
 

@@ -72,12 +72,21 @@ def _add_model_commands(sub) -> None:
 
 def _add_image_commands(sub) -> None:
     """deblur, lam, import-official."""
-    p = sub.add_parser("deblur", help="restore your own TIFF/PNG images with a trained model.pt")
+    p = sub.add_parser("deblur", help="restore your own TIFF/PNG images with a trained model.pt or the authors' released weights")
     p.add_argument("inputs", nargs="+", help="image files (8/16-bit grayscale or RGB TIFF/PNG)")
-    p.add_argument("--checkpoint", required=True)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--checkpoint", help="a model.pt (dgno train / import-official) or an authors' checkpoint .pth (detected from the file)")
+    which.add_argument(
+        "--official",
+        metavar="NAME",
+        help="a released checkpoint of the authors (e.g. DGNO_BBBC006_w1_Cell), downloaded once into $DGNO_CACHE/official "
+        "(default ~/.cache/dgno/official) and restored with their tile protocol",
+    )
+    p.add_argument("--options", help="the authors' option file (options/DGNO_*.yml) of an authors' checkpoint whose name is not a released one")
     p.add_argument("--output", required=True, help="output directory (same file names, same dtype)")
-    p.add_argument("--tile", type=int, default=512, help="tile size for large images (default 512)")
-    p.add_argument("--overlap", type=int, default=64)
+    p.add_argument("--tile", type=int, help="tile size for large images (default 512)")
+    p.add_argument("--overlap", type=int, help="tile overlap in pixels (default 64; the authors' weights: 32)")
+    p.add_argument("--blend", choices=["ramp", "crossfade"], help="tile blending (default ramp; the authors' weights: crossfade, as their test network)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--tile-batch", type=int, help="tiles per forward pass (default: 8 on a GPU, 1 on a CPU)")
     p.add_argument("--cuda-graphs", action="store_true", help="replay the forward pass from CUDA graphs (GPU; needs the triton or mamba_ssm scan)")
@@ -115,7 +124,7 @@ def _add_utility_commands(sub) -> None:
     p = sub.add_parser("data", help="dataset utilities")
     data_sub = p.add_subparsers(dest="data_command", required=True)
     q = data_sub.add_parser("check", help="what is present, what is missing and how to get it")
-    q.add_argument("name", choices=["bbbc006", "3dhistech", "dpdd", "realdof", "demo"])
+    q.add_argument("name", choices=["bbbc006", "bbbc006-authors", "3dhistech", "dpdd", "realdof", "demo"], help="bbbc006-authors: the DGNO authors' BBBC006.tar.gz (their split)")
     q.add_argument("--root", help="folder to check (default: the dataset's default location)")
     q.set_defaults(func=_cmd_data_check)
 

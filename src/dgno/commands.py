@@ -18,6 +18,7 @@ from dgno.analysis.bench import bench_forward, bench_train, write_results
 from dgno.analysis.cost import summary_rows
 from dgno.analysis.lam import image_lam
 from dgno.checkpoint import import_official as import_official_checkpoint
+from dgno.inference import official
 from dgno.inference.deblur import deblur_files
 from dgno.inference.evaluate import evaluate_checkpoint
 from dgno.io import InputError, write_csv
@@ -73,12 +74,17 @@ def summary(args: argparse.Namespace) -> int:
 
 
 def deblur(args: argparse.Namespace) -> int:
+    how = official.released(args.official, options=args.options) if args.official else official.local(args.checkpoint, options=args.options)
     failures = deblur_files(
         args.inputs,
         args.output,
-        checkpoint=args.checkpoint,
-        tile=args.tile,
-        overlap=args.overlap,
+        checkpoint=how.model,
+        tile=args.tile if args.tile is not None else how.tile,
+        overlap=args.overlap if args.overlap is not None else how.overlap,
+        blend=args.blend or how.blend,
+        normalise=how.normalise,
+        strict_channels=how.strict_channels,
+        model_name=how.name,
         device=args.device,
         tile_batch=args.tile_batch,
         cuda_graphs=args.cuda_graphs,

@@ -7,6 +7,7 @@ from glob import glob
 from pathlib import Path
 
 from dgno.workflow import plan
+from dgno.workflow import reproduction
 from dgno.workflow import resources as dgno_resources
 from dgno.workflow import settings
 from dgno.workflow.config import load_schema, validate_config
@@ -126,6 +127,10 @@ def official_options(wildcards):
     return plan.official_options(config, wildcards.dataset, wildcards.method)
 
 
+def bbbc006_settings(wildcards):
+    return settings.bbbc006_settings(config, wildcards.dataset)
+
+
 def bbbc006_planes(wildcards):
     return plan.bbbc006_planes(config, wildcards.dataset)
 
@@ -171,3 +176,17 @@ def operator_map_inputs(wildcards):
 
 def lam_inputs(wildcards):
     return plan.lam_inputs(config, wildcards.dataset)
+
+
+# --- the reproduction from the authors' released weights (dgno.workflow.reproduction) ------------
+reproduction_table_inputs = functools.partial(reproduction.table_inputs, config)
+reproduction_settings = functools.partial(reproduction.settings, config)
+gumbel_settings = functools.partial(settings.gumbel_settings, config)
+
+
+def reproduction_stardist_inputs(wildcards):
+    return reproduction.stardist_inputs(config, wildcards.dataset)
+
+
+def authors_target(wildcards):
+    return reproduction.target(config)

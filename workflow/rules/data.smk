@@ -87,7 +87,7 @@ rule bbbc006_prepare:
         mem_mb=mem_mb_for("bbbc006_prepare"),
         runtime=runtime_for("bbbc006_prepare"),
     params:
-        dataset=dataset_cfg,
+        dataset=bbbc006_settings,
         seed=config["seed"],
         raw=f"{RAW}/bbbc006",
     script:

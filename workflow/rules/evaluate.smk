@@ -21,9 +21,7 @@ rule evaluate:
         runtime=runtime_for("evaluate"),
         gpu=gpu_for("evaluate"),
     params:
-        evaluate=canonical(
-            {k: config["evaluate"][k] for k in ("tile", "overlap", "blend", "lpips")}
-        ),
+        evaluate=settings.evaluate_settings(config),
         keep_restored=keep_restored,
         device=config["device"],
     script:

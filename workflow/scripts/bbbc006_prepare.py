@@ -1,4 +1,4 @@
-"""Rule `bbbc006_prepare`: pair planes by well/site, split 4:1 by well, write one channel's dataset."""
+"""Rule `bbbc006_prepare`: one channel's dataset, split by well (Broad planes) or as the authors split it (their archive)."""
 
 import sys
 from pathlib import Path
@@ -9,17 +9,34 @@ import _log  # noqa: E402
 _log.redirect(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
 
-from dgno.data.bbbc006 import prepare_dataset  # noqa: E402
+from dgno.data import bbbc006, bbbc006_authors  # noqa: E402
 
 ds = sm.params.dataset
-train = [int(lvl[1:]) for lvl in ds["train_levels"]]
-extra = [int(lvl[1:]) for lvl in ds["test_levels"] if lvl not in ds["train_levels"]]
-prepare_dataset(
-    sm.params.raw,
-    Path(sm.output.split).parent,
-    channel=ds["channel"],
-    seed=sm.params.seed,
-    train_planes=train,
-    extra_planes=extra,
-    n_val_wells=ds["n_val_wells"],
-)
+out = Path(sm.output.split).parent
+if ds.get("split", "by_well") == "authors":
+    archive_planes = {bbbc006.level_name(z) for z in bbbc006.TRAIN_PLANES}  # what the archive holds
+    extra = sorted({int(lvl[1:]) for lvl in ds["train_levels"] + ds["test_levels"] if lvl not in archive_planes})
+    bbbc006_authors.prepare_dataset(
+        sm.params.raw,
+        out,
+        channel=ds["channel"],
+        seed=sm.params.seed,
+        broad_root=sm.params.raw,
+        extra_planes=extra,
+        n_val_wells=ds["n_val_wells"],
+        plane_rule=ds["plane_rule"],
+        max_out_of_order=ds["max_out_of_order"],
+        url=ds["authors_url"],
+    )
+else:
+    train = [int(lvl[1:]) for lvl in ds["train_levels"]]
+    extra = [int(lvl[1:]) for lvl in ds["test_levels"] if lvl not in ds["train_levels"]]
+    bbbc006.prepare_dataset(
+        sm.params.raw,
+        out,
+        channel=ds["channel"],
+        seed=sm.params.seed,
+        train_planes=train,
+        extra_planes=extra,
+        n_val_wells=ds["n_val_wells"],
+    )

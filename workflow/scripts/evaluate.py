@@ -1,4 +1,4 @@
-"""Rules `evaluate` and `evaluate_input`: score restored test images (all logic in dgno.inference.evaluate)."""
+"""Rules `evaluate`, `evaluate_gumbel` and `evaluate_input`: score restored test images (all logic in dgno.inference.evaluate)."""
 
 import sys
 from pathlib import Path
@@ -21,9 +21,11 @@ common = dict(method=sm.wildcards.get("method", "input"), with_lpips=ev["lpips"]
 # one gives the same scores and files, so it must not re-evaluate (the schema fills in their defaults).
 speed = {k: sm.config["evaluate"][k] for k in ("tile_batch", "cuda_graphs", "overlap_io")}
 if "model" in sm.input.keys():
+    routing = dict(routing=ev.get("routing", "argmax"), routing_seed=ev.get("routing_seed", 0), repeat=ev.get("repeat", 0))
     evaluate_checkpoint(
-        sm.input.model, data_dir, sm.wildcards.level, out_dir, tile=ev["tile"], overlap=ev["overlap"], blend=ev["blend"], device=sm.params.device, **speed, **common
+        sm.input.model, data_dir, sm.wildcards.level, out_dir, tile=ev["tile"], overlap=ev["overlap"], blend=ev["blend"], device=sm.params.device, **speed, **routing, **common
     )
 else:
     score_dataset(identity_restorer, data_dir, sm.wildcards.level, out_dir, **common)
-Path(sm.output.restored).mkdir(parents=True, exist_ok=True)
+if "restored" in sm.output.keys():
+    Path(sm.output.restored).mkdir(parents=True, exist_ok=True)

@@ -152,15 +152,8 @@ def fetch_plane(
 
 
 def fetch_labels(
-    raw_root: str | Path,
-    *,
-    base_url: str = BASE_URL,
-    sha256: str | None = None,
-    size: int | None = None,
-    retries: int = 4,
-    backoff: float = 1.0,
-    timeout: float = 60,
-    progress: bool = True,
+    raw_root: str | Path, *, base_url: str = BASE_URL, sha256: str | None = None, size: int | None = None,
+    retries: int = 4, backoff: float = 1.0, timeout: float = 60, progress: bool = True,
 ) -> Path:
     """Download, verify and unpack the nucleus label masks into ``raw_root/labels``; returns that folder."""
     kw = dict(retries=retries, backoff=backoff, timeout=timeout, progress=progress)
@@ -411,39 +404,10 @@ def prepare_dataset(
     blur_planes = sorted(set(train_planes) | set(extra_planes))
     pairs = pair_planes(raw_root, gt_plane=gt_plane, blur_planes=blur_planes, channel=channel)
     split = split_by_well({well for well, *_ in pairs}, test_fraction=test_fraction, seed=seed, n_val=n_val_wells)
-    masks = {}
-    if labels:
-        masks = index_labels(raw_root)
-        missing = {(w, s) for w, s, *_ in pairs} - masks.keys()
-        if missing:
-            raise InputError(
-                f"{labels_dir(raw_root)}: no label mask for {len(missing)} field(s) of view ({describe_fields(missing)}). "
-                f"Fix: unpack {LABELS_ARCHIVE} again, or pass labels=False"
-            )
-
-    shape = None
+    masks = label_files(raw_root, pairs) if labels else {}
     with atomic_dir(out_dir) as tmp:
-        for sub in ["gt", *(f"blur/{level_name(z)}" for z in blur_planes), *(["labels"] if labels else [])]:
-            (tmp / sub).mkdir(parents=True)
-        rows = []
-        for well, site, gt_path, blur_paths in tqdm(pairs, desc=f"BBBC006 {channel} → {out_dir.name}", disable=not progress):
-            ident = image_id(well, site)
-            gt = read_uint16(gt_path)
-            shape = shape or gt.shape
-            if gt.shape != shape:
-                raise InputError(f"{gt_path}: image is {gt.shape}, the others are {shape}. Fix: use the original BBBC006 TIFFs")
-            link_or_copy(gt_path, tmp / "gt" / f"{ident}.tif")
-            for z, path in blur_paths.items():
-                blur = read_uint16(path)
-                if blur.shape != gt.shape:
-                    raise InputError(f"{path}: shape {blur.shape} differs from its ground truth {gt_path} {gt.shape}. Fix: unpack the archive again")
-                link_or_copy(path, tmp / "blur" / level_name(z) / f"{ident}.tif")
-            if labels:
-                mask = label_mask(masks[well, site])
-                if mask.shape != gt.shape:
-                    raise InputError(f"{masks[well, site]}: mask shape {mask.shape} differs from the image's {gt.shape}. Fix: unpack {LABELS_ARCHIVE} again")
-                tifffile.imwrite(tmp / "labels" / f"{ident}.tif", mask, photometric="minisblack", metadata=None)
-            rows.append((ident, split[well]))
+        shape = write_fields(tmp, pairs, masks, blur_planes, progress=progress, desc=f"BBBC006 {channel} → {out_dir.name}")
+        rows = [(image_id(well, site), split[well]) for well, site, *_ in pairs]
         with (tmp / "split.csv").open("w", newline="") as fh:
             writer = csv.writer(fh, lineterminator="\n")
             writer.writerow(["id", "split"])
@@ -454,6 +418,48 @@ def prepare_dataset(
         manifest = _manifest(channel, seed, gt_plane, train_planes, extra_planes, test_fraction, n_val_wells, split, rows, shape, labels, sources)
         write_json(tmp / "manifest.json", manifest)
     return out_dir
+
+
+def label_files(raw_root: Path, pairs: list[tuple[str, int, Path, dict[int, Path]]]) -> dict[tuple[str, int], Path]:
+    """{(well, site): PNG mask} for every paired field, or stop naming the fields without one."""
+    masks = index_labels(raw_root)
+    missing = {(w, s) for w, s, *_ in pairs} - masks.keys()
+    if missing:
+        raise InputError(
+            f"{labels_dir(raw_root)}: no label mask for {len(missing)} field(s) of view ({describe_fields(missing)}). "
+            f"Fix: unpack {LABELS_ARCHIVE} again, or pass labels=False"
+        )
+    return masks
+
+
+def write_fields(
+    out: Path, pairs: list[tuple[str, int, Path, dict[int, Path]]], masks: dict, blur_planes: Iterable[int], *, prefix: str = "", progress: bool, desc: str
+) -> tuple[int, ...] | None:
+    """gt/, blur/zNN/ and (with `masks`) labels/ of paired fields under `out`, ids ``<prefix><well>_s<site>``; returns the image shape.
+
+    Every image is decoded and shape-checked, then hard-linked or copied unchanged.
+    """
+    for sub in ["gt", *(f"blur/{level_name(z)}" for z in blur_planes), *(["labels"] if masks else [])]:
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    shape = None
+    for well, site, gt_path, blur_paths in tqdm(pairs, desc=desc, disable=not progress):
+        ident = prefix + image_id(well, site)
+        gt = read_uint16(gt_path)
+        shape = shape or gt.shape
+        if gt.shape != shape:
+            raise InputError(f"{gt_path}: image is {gt.shape}, the others are {shape}. Fix: use the original BBBC006 TIFFs")
+        link_or_copy(gt_path, out / "gt" / f"{ident}.tif")
+        for z, path in blur_paths.items():
+            blur = read_uint16(path)
+            if blur.shape != gt.shape:
+                raise InputError(f"{path}: shape {blur.shape} differs from its ground truth {gt_path} {gt.shape}. Fix: unpack the archive again")
+            link_or_copy(path, out / "blur" / level_name(z) / f"{ident}.tif")
+        if masks:
+            mask = label_mask(masks[well, site])
+            if mask.shape != gt.shape:
+                raise InputError(f"{masks[well, site]}: mask shape {mask.shape} differs from the image's {gt.shape}. Fix: unpack {LABELS_ARCHIVE} again")
+            tifffile.imwrite(out / "labels" / f"{ident}.tif", mask, photometric="minisblack", metadata=None)
+    return shape
 
 
 def _manifest(channel, seed, gt_plane, train_planes, extra_planes, test_fraction, n_val_wells, split, rows, shape, labels, sources) -> dict:

@@ -39,7 +39,7 @@ from dgno.data import bbbc006
 from dgno.data.bbbc006_pairing import ARCHIVE, PER_GT, PLANES, SPLITS, ArchiveIndex, Pair, PlaneRule, check_layout, index_archive
 from dgno.data.download import DownloadError, fetch_targz, part_path, sha256_file, unpack_tar
 from dgno.data.paired_sets import Report
-from dgno.io import InputError, atomic_dir, write_json
+from dgno.io import InputError, atomic_dir, read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,24 @@ def fetch(
             raise InputError(f"{archive}: unpacked, but holds no BBBC006/ folder. Fix: this is not the authors' archive; {manual_steps(raw_root, url)}")
     check_layout(root)
     return root
+
+
+def fetch_record(raw_root: str | Path, record: str | Path, **fetch_kw) -> dict:
+    """:func:`fetch`, then write `record` (JSON): the unpacked folder, its counts and where it came from.
+
+    The workflow's download rule writes this small file as its output rather than the unpacked
+    folder: an archive placed by hand, or a folder unpacked by hand, satisfies it just the same.
+    """
+    raw_root = Path(raw_root)
+    root = fetch(raw_root, **fetch_kw)
+    sidecar = raw_root / "archives" / (ARCHIVE + ".json")
+    out = {
+        "root": str(root),
+        "counts": check_layout(root),
+        "archive": read_json(sidecar) if sidecar.is_file() else {"file": ARCHIVE, "note": "unpacked by hand: checksum unknown"},
+    }
+    write_json(record, out)
+    return out
 
 
 # --------------------------------------------------------------------------- split and Broad mapping
@@ -176,6 +194,14 @@ def _refuse_missing(missing: set, what: str, archive: str) -> None:
 # ----------------------------------------------------------------------------------------- prepare
 
 
+BY_WELL_PREFIX = "by_well-"
+BY_WELL_SPLIT = "split_by_well.csv"
+FALLBACK_NOTE = (
+    "the authors' archive names no Broad field, so these levels cannot be taken on the authors' test images: they come from "
+    "this project's seeded 4:1 by-well split of the Broad planes (its test wells), which the released models may have been trained on"
+)
+
+
 def prepare_dataset(
     raw_root: str | Path,
     out_dir: str | Path,
@@ -188,6 +214,7 @@ def prepare_dataset(
     n_val_wells: int = 8,
     plane_rule: PlaneRule = "auto",
     max_out_of_order: float = 0.05,
+    fallback: bool = True,
     url: str = DEFAULT_URL,
     progress: bool = True,
 ) -> Path:
@@ -199,14 +226,15 @@ def prepare_dataset(
     and hard-linked or copied unchanged (16-bit originals, min-max normalised at read time); built in
     a temporary folder and renamed into place. The manifest records the pairing, the plane rule and
     its check, the validation wells and the Broad mapping (or why there is none).
+
+    When no archive name names a Broad field (status ``no_names``) and `fallback` is set, the unseen
+    levels are written from the seeded by-well split of the Broad planes instead (ids ``by_well-<id>``,
+    test ids in ``split_by_well.csv``); the manifest's ``test_sets`` tells the evaluation and the
+    report's captions which levels that is (:func:`dgno.data.paired.level_test_ids`). Decided here because it
+    depends on the data, not on the configuration.
     """
     raw_root, out_dir = Path(raw_root), Path(out_dir)
-    root = find_root(raw_root)
-    if root is None:
-        raise InputError(
-            f"{raw_root}: the authors' BBBC006 archive is not unpacked here (looked for {raw_root / UNPACK_DIR / 'BBBC006'} and "
-            f"{raw_root / 'BBBC006'}). Fix: `python -c \"from dgno.data.bbbc006_authors import fetch; fetch('{raw_root}')\"`, or {manual_steps(raw_root, url)}"
-        )
+    root = _unpacked_root(raw_root, url)
     if labels and broad_root is None:
         raise ValueError("labels=True needs broad_root: the label masks come from the Broad labels archive (BBBC006_v1_labels.zip); pass broad_root or labels=False")
     if out_dir.exists() and not (out_dir / "manifest.json").is_file() and any(out_dir.iterdir()):
@@ -214,21 +242,66 @@ def prepare_dataset(
     index = index_archive(root, channel, plane_rule=plane_rule, max_out_of_order=max_out_of_order, progress=progress)
     split = carve_validation(index.pairs, n_val_wells=n_val_wells, seed=seed)
     broad = map_to_broad(index.pairs, broad_root, channel, planes=extra_planes, labels=labels) if broad_root is not None else BroadMap("not_requested")
+    by_well = broad.status == "no_names" and fallback and bool(broad.planes)
     if broad.status == "no_names":
-        log.warning("%s: no file name of the authors' archive names a Broad field; unseen levels and labels left out", root)
+        log.warning("%s: no file name of the authors' archive names a Broad field; %s", root, "unseen levels from the by-well split" if by_well else "unseen levels and labels left out")
     with atomic_dir(out_dir) as tmp:
         shape = _write_images(tmp, index, broad, progress=progress, desc=f"BBBC006 authors {channel} → {out_dir.name}")
-        with (tmp / "split.csv").open("w", newline="") as fh:
-            writer = csv.writer(fh, lineterminator="\n")
-            writer.writerow(["id", "split"])
-            writer.writerows((p.id, split[p.id]) for p in index.pairs)
-        sources = {ARCHIVE: bbbc006.source_record(raw_root, ARCHIVE, url)}
-        if broad.status == "mapped":
-            sources |= {bbbc006.plane_archive(z): bbbc006.source_record(Path(broad_root), bbbc006.plane_archive(z), bbbc006.plane_url(z)) for z in broad.planes}
-            if broad.labels:
-                sources[bbbc006.LABELS_ARCHIVE] = bbbc006.source_record(Path(broad_root), bbbc006.LABELS_ARCHIVE, bbbc006.labels_url())
-        write_json(tmp / "manifest.json", _manifest(index, split, broad, seed=seed, n_val_wells=n_val_wells, shape=shape, sources=sources))
+        _write_split(tmp / "split.csv", [(p.id, split[p.id]) for p in index.pairs])
+        test_sets = _write_by_well(tmp, Path(broad_root), channel, broad.planes, labels=labels, seed=seed, n_val_wells=n_val_wells, progress=progress) if by_well else {}
+        manifest = _manifest(index, split, broad, seed=seed, n_val_wells=n_val_wells, shape=shape, sources=_sources(raw_root, broad_root, broad, url, by_well))
+        if test_sets:
+            manifest["test_levels"] = sorted({*manifest["test_levels"], *test_sets})
+            manifest["test_sets"] = test_sets
+        write_json(tmp / "manifest.json", manifest)
     return out_dir
+
+
+def _unpacked_root(raw_root: Path, url: str) -> Path:
+    root = find_root(raw_root)
+    if root is None:
+        raise InputError(
+            f"{raw_root}: the authors' BBBC006 archive is not unpacked here (looked for {raw_root / UNPACK_DIR / 'BBBC006'} and "
+            f"{raw_root / 'BBBC006'}). Fix: `python -c \"from dgno.data.bbbc006_authors import fetch; fetch('{raw_root}')\"`, or {manual_steps(raw_root, url)}"
+        )
+    return root
+
+
+def _write_split(path: Path, rows: Iterable[tuple[str, str]]) -> None:
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(["id", "split"])
+        writer.writerows(rows)
+
+
+def _sources(raw_root: Path, broad_root: str | Path | None, broad: BroadMap, url: str, by_well: bool) -> dict:
+    """The manifest's record of every archive the dataset's files come from."""
+    sources = {ARCHIVE: bbbc006.source_record(raw_root, ARCHIVE, url)}
+    if broad.status == "mapped" or by_well:
+        planes = [*broad.planes, *((bbbc006.GT_PLANE,) if by_well else ())]
+        sources |= {bbbc006.plane_archive(z): bbbc006.source_record(Path(broad_root), bbbc006.plane_archive(z), bbbc006.plane_url(z)) for z in planes}
+        if broad.labels or (by_well and bbbc006.labels_dir(broad_root) is not None):
+            sources[bbbc006.LABELS_ARCHIVE] = bbbc006.source_record(Path(broad_root), bbbc006.LABELS_ARCHIVE, bbbc006.labels_url())
+    return sources
+
+
+def _write_by_well(tmp: Path, broad_root: Path, channel: bbbc006.Channel, planes: Iterable[int], *, labels: bool, seed: int, n_val_wells: int, progress: bool) -> dict:
+    """The unseen levels from the by-well split's test fields of the Broad planes (GT z16); returns the manifest's test_sets."""
+    pairs = bbbc006.pair_planes(broad_root, blur_planes=planes, channel=channel)
+    wells = bbbc006.split_by_well({w for w, *_ in pairs}, seed=seed, n_val=n_val_wells)
+    test = [p for p in pairs if wells[p[0]] == "test"]
+    masks = bbbc006.label_files(broad_root, test) if labels else {}
+    bbbc006.write_fields(tmp, test, masks, planes, prefix=BY_WELL_PREFIX, progress=progress, desc=f"BBBC006 {channel} by-well fallback")
+    _write_split(tmp / BY_WELL_SPLIT, [(BY_WELL_PREFIX + bbbc006.image_id(w, s), "test") for w, s, *_ in test])
+    record = {
+        "split": "by_well",
+        "file": BY_WELL_SPLIT,
+        "n_test": len(test),
+        "test_wells": sorted({w for w, *_ in test}),
+        "method": "wells sorted by sha256('bbbc006-split:<seed>:<well>'); the first round(n * 0.2) are test (dgno.data.bbbc006.split_by_well)",
+        "note": FALLBACK_NOTE,
+    }
+    return {bbbc006.level_name(z): record for z in sorted(planes)}
 
 
 def _write_images(tmp: Path, index: ArchiveIndex, broad: BroadMap, *, progress: bool, desc: str) -> tuple[int, ...] | None:
@@ -263,7 +336,7 @@ _PLANE_RULE_TEXT = {
 }
 _BROAD_TEXT = {
     "mapped": "unseen levels and label masks from the Broad files of the same plate, well, site and channel",
-    "no_names": "no file name of the archive names a Broad field: no unseen levels and no label masks here; tables of unseen levels fall back to the by-well split (bbbc006.prepare_dataset)",
+    "no_names": "no file name of the archive names a Broad field: no label masks for the archive's fields; the unseen levels, if any, come from the by-well split of the Broad planes (see test_sets)",
     "not_requested": "no Broad folder given: only the archive's planes; no label masks",
 }
 
@@ -323,7 +396,7 @@ def _manifest(index: ArchiveIndex, split: dict[str, str], broad: BroadMap, *, se
 def check_authors(raw_root: str | Path, *, url: str = DEFAULT_URL) -> Report:
     """What of the authors' archive is under `raw_root`: unpacked folder and counts, or the download's state."""
     raw_root = Path(raw_root)
-    report = Report(name="bbbc006 (authors' split)", root=raw_root)
+    report = Report(name="bbbc006-authors", root=raw_root)  # the name of `dgno data check bbbc006-authors`
     root, archive = find_root(raw_root), raw_root / "archives" / ARCHIVE
     if root is None:
         state = ""

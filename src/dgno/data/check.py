@@ -13,16 +13,18 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dgno.data import bbbc006, paired_sets
+from dgno.data.bbbc006_authors import check_authors
 from dgno.data.download import part_path
 from dgno.data.paired import read_split
 from dgno.data.paired_sets import Report
 from dgno.io import InputError, read_json
 
-NAMES = ("bbbc006", "3dhistech", "dpdd", "realdof", "demo")
+NAMES = ("bbbc006", "bbbc006-authors", "3dhistech", "dpdd", "realdof", "demo")
 # Where the data go when no --root is given (relative to the repository root, where Snakemake runs):
 # the workflow's default downloads.raw_dir, so the check looks where the rules read and write.
 DEFAULT_ROOTS = {
     "bbbc006": "resources/bbbc006",
+    "bbbc006-authors": "resources/bbbc006",  # the authors' archive goes beside the Broad planes (archives/, authors/)
     "3dhistech": "resources/3dhistech",
     "dpdd": "resources/dpdd",
     "realdof": "resources/realdof",
@@ -34,7 +36,8 @@ def data_check(name: str, root: str | Path | None = None, **kw) -> tuple[bool, s
     """Check dataset `name` under `root` (default :data:`DEFAULT_ROOTS`); return (ok, report text).
 
     Keyword arguments go to the dataset's check: bbbc006 → :func:`check_bbbc006` (planes, labels,
-    base_url, per_channel, n_labels); 3dhistech/dpdd/realdof → :func:`dgno.data.paired_sets.check`
+    base_url, per_channel, n_labels); bbbc006-authors → the authors' archive and split
+    (:func:`dgno.data.bbbc006_authors.check_authors`: url); 3dhistech/dpdd/realdof → :func:`dgno.data.paired_sets.check`
     (counts, n_sample); demo → :func:`check_demo` (datasets).
     """
     if name not in NAMES:
@@ -46,6 +49,8 @@ def data_check(name: str, root: str | Path | None = None, **kw) -> tuple[bool, s
         report = check_prepared(root, name=name)
     elif name == "bbbc006":
         report = check_bbbc006(root, **kw)
+    elif name == "bbbc006-authors":
+        report = check_authors(root, **kw)
     else:
         report = paired_sets.check(name, root, **kw)
     return report.ok, report.text()
@@ -183,14 +188,30 @@ def check_prepared(data_dir: str | Path, *, name: str | None = None, fix: str | 
     if not levels and not expected_levels:
         report.missing.append("blur/: no blur level")
     for rel, folder in folders.items():
-        have = _stems(folder)
-        lacking = [i for i in ids if i not in have]
-        report.present.append(f"{rel}: {len(ids) - len(lacking)} of {len(ids)} images")
+        have, want = _stems(folder), _expected_ids(data_dir, manifest, rel, ids)
+        lacking = [i for i in want if i not in have]
+        report.present.append(f"{rel}: {len(want) - len(lacking)} of {len(want)} images")
         if lacking:
             shown = ", ".join(lacking[:5]) + (f" and {len(lacking) - 5} more" if len(lacking) > 5 else "")
             report.missing.append(f"{rel}: {len(lacking)} image(s) of split.csv missing ({shown})")
     report.ok = not report.missing and not report.problems
     return report
+
+
+def _expected_ids(data_dir: Path, manifest: dict, rel: str, ids: list[str]) -> list[str]:
+    """The ids a folder must hold: split.csv's, except for the levels with their own test set (manifest ``test_sets``,
+    the by-well fallback of the authors' BBBC006), whose ids the ground truth (and labels) hold as well."""
+    sets = manifest.get("test_sets", {})
+    extra = {lvl: read_split(data_dir, rec["file"]).get("test", []) for lvl, rec in sets.items()}
+    level = rel.removeprefix("blur/")
+    if level in extra:
+        return extra[level]
+    fallback = list(dict.fromkeys(i for members in extra.values() for i in members))
+    if rel == "gt":
+        return ids + fallback
+    if rel == "labels" and not manifest.get("labels"):
+        return fallback
+    return ids
 
 
 def check_demo(root: str | Path, *, datasets: Iterable[str] | None = None) -> Report:

@@ -144,11 +144,18 @@ def download(
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = part_path(dest)
+    _fetch_part(url, part, size=size, retries=retries, backoff=backoff, timeout=timeout, progress=progress, label=dest.name)
+    _accept(url, part, dest, sha256=sha256, size=size, check=check)
+    return dest
+
+
+def _fetch_part(url: str, part: Path, *, size: int | None, retries: int, backoff: float, timeout: float, progress: bool, label: str) -> None:
+    """Attempt the download until `part` holds the whole body, backing off between transient failures."""
     failures = 0
     while True:
         try:
-            _attempt(url, part, size=size, timeout=timeout, progress=progress, label=dest.name)
-            break
+            _attempt(url, part, size=size, timeout=timeout, progress=progress, label=label)
+            return
         except _Retry as exc:
             failures += 1
             kept = part.stat().st_size if part.exists() else 0
@@ -160,6 +167,10 @@ def download(
             delay = backoff * 2 ** (failures - 1)
             log.warning("%s: %s; retry %d of %d in %.1f s (resuming from byte %d)", url, exc, failures, retries, delay, kept)
             time.sleep(delay)
+
+
+def _accept(url: str, part: Path, dest: Path, *, sha256: str | None, size: int | None, check: Callable[[Path], object] | None) -> None:
+    """Check the complete part file (size, checksum, content) and rename it onto `dest`; a rejected one is deleted."""
     problem = _verify_bytes(part, sha256, size)
     if problem is not None:
         part.unlink()
@@ -175,7 +186,6 @@ def download(
             part.unlink(missing_ok=True)
             raise
     os.replace(part, dest)
-    return dest
 
 
 def _open(url: str, offset: int, timeout: float):
@@ -193,14 +203,33 @@ def _attempt(url: str, part: Path, *, size: int | None, timeout: float, progress
     if size is not None and offset > size:
         part.unlink()  # longer than the whole file: not a prefix of it
         offset = 0
+    resp = _request(url, part, offset, timeout)
+    if resp is None:
+        return  # the part file already holds every byte the server has
+    with resp:
+        offset, total, mode = _response_start(resp, url, part, offset)
+        expected = size if size is not None else total
+        written = _receive(resp, part, mode=mode, offset=offset, expected=expected, progress=progress, label=label)
+    if expected is not None and written < expected:
+        raise _Retry(f"connection closed after {written} of {expected} bytes")
+    if expected is not None and written > expected:
+        part.unlink()
+        raise DownloadError(
+            f"{url}: the server sent {written} bytes, more than the expected {expected}; the partial file was deleted. "
+            "Fix: check the expected size in the config against the dataset's page"
+        )
+
+
+def _request(url: str, part: Path, offset: int, timeout: float):
+    """The open response from byte `offset`, or None when the server has no byte past it (HTTP 416 at the end)."""
     try:
-        resp = _open(url, offset, timeout)
+        return _open(url, offset, timeout)
     except urllib.error.HTTPError as exc:
         exc.close()
         if exc.code == 416 and offset:
             m = _UNSATISFIED_RANGE_RE.match(exc.headers.get("Content-Range", "") or "")
             if m and int(m.group(1)) == offset:
-                return  # the part file already holds every byte the server has
+                return None
             part.unlink()
             raise _Retry(f"server refused to resume at byte {offset} (HTTP 416); restarting from byte 0") from None
         if exc.code in RETRY_STATUSES:
@@ -212,46 +241,39 @@ def _attempt(url: str, part: Path, *, size: int | None, timeout: float, progress
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         raise _Retry(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}") from None
 
-    with resp:
-        if resp.status == 206:
-            m = _CONTENT_RANGE_RE.match(resp.headers.get("Content-Range", "") or "")
-            if m is None or int(m.group(1)) != offset:
-                part.unlink(missing_ok=True)
-                raise _Retry(f"server answered the resume request with range {resp.headers.get('Content-Range')!r}; restarting")
-            length = resp.headers.get("Content-Length")
-            total = int(m.group(3)) if m.group(3) != "*" else (offset + int(length) if length else None)
-            mode = "ab"
-        elif resp.status == 200:
-            if offset:
-                log.warning("%s: server ignored the Range request; downloading again from byte 0", url)
-                offset = 0
-            length = resp.headers.get("Content-Length")
-            total = int(length) if length else None
-            mode = "wb"
-        else:
-            raise _Retry(f"unexpected HTTP status {resp.status}")
-        expected = size if size is not None else total
-        written = offset
-        bar = tqdm(total=expected, initial=offset, unit="B", unit_scale=True, unit_divisor=1024, desc=label, disable=not progress, leave=False)
-        with bar, open(part, mode) as fh:
-            while True:
-                try:
-                    chunk = resp.read(CHUNK_BYTES)
-                except (OSError, http.client.HTTPException) as exc:
-                    raise _Retry(f"connection lost after {written} bytes ({type(exc).__name__})") from None
-                if not chunk:
-                    break
-                fh.write(chunk)
-                written += len(chunk)
-                bar.update(len(chunk))
-    if expected is not None and written < expected:
-        raise _Retry(f"connection closed after {written} of {expected} bytes")
-    if expected is not None and written > expected:
-        part.unlink()
-        raise DownloadError(
-            f"{url}: the server sent {written} bytes, more than the expected {expected}; the partial file was deleted. "
-            "Fix: check the expected size in the config against the dataset's page"
-        )
+
+def _response_start(resp, url: str, part: Path, offset: int) -> tuple[int, int | None, str]:
+    """(byte the body starts at, total size if known, file mode): a resumed 206, or a 200 from byte 0."""
+    length = resp.headers.get("Content-Length")
+    if resp.status == 206:
+        m = _CONTENT_RANGE_RE.match(resp.headers.get("Content-Range", "") or "")
+        if m is None or int(m.group(1)) != offset:
+            part.unlink(missing_ok=True)
+            raise _Retry(f"server answered the resume request with range {resp.headers.get('Content-Range')!r}; restarting")
+        total = int(m.group(3)) if m.group(3) != "*" else (offset + int(length) if length else None)
+        return offset, total, "ab"
+    if resp.status == 200:
+        if offset:
+            log.warning("%s: server ignored the Range request; downloading again from byte 0", url)
+        return 0, int(length) if length else None, "wb"
+    raise _Retry(f"unexpected HTTP status {resp.status}")
+
+
+def _receive(resp, part: Path, *, mode: str, offset: int, expected: int | None, progress: bool, label: str) -> int:
+    """Write the body to `part` (appended or from the start) with a progress bar; return the bytes now in it."""
+    written = offset
+    bar = tqdm(total=expected, initial=offset, unit="B", unit_scale=True, unit_divisor=1024, desc=label, disable=not progress, leave=False)
+    with bar, open(part, mode) as fh:
+        while True:
+            try:
+                chunk = resp.read(CHUNK_BYTES)
+            except (OSError, http.client.HTTPException) as exc:
+                raise _Retry(f"connection lost after {written} bytes ({type(exc).__name__})") from None
+            if not chunk:
+                return written
+            fh.write(chunk)
+            written += len(chunk)
+            bar.update(len(chunk))
 
 
 # --------------------------------------------------------------------------------------------- zip

@@ -30,9 +30,9 @@ from dgno.io import InputError, read_image, read_json
 SPLITS = ("train", "val", "test")
 
 
-def read_split(data_dir: str | Path) -> dict[str, list[str]]:
-    """Return {split: [ids]} from ``split.csv`` (columns id, split), in file order."""
-    path = Path(data_dir) / "split.csv"
+def read_split(data_dir: str | Path, name: str = "split.csv") -> dict[str, list[str]]:
+    """Return {split: [ids]} from ``split.csv`` (or another split file `name`; columns id, split), in file order."""
+    path = Path(data_dir) / name
     if not path.exists():
         raise InputError(f"{path}: split file missing. Fix: re-run the data rule for {Path(data_dir).name}")
     out: dict[str, list[str]] = {}
@@ -43,6 +43,25 @@ def read_split(data_dir: str | Path) -> dict[str, list[str]]:
         for row in reader:
             out.setdefault(row["split"], []).append(row["id"])
     return out
+
+
+def level_test_set(data_dir: str | Path, level: str) -> dict | None:
+    """The manifest's record of a level whose test images are not split.csv's (``test_sets``), else None.
+
+    Only the authors' BBBC006 split has such levels: when their archive names no Broad field, the
+    unseen defocus levels come from the by-well split (``dgno.data.bbbc006_authors.prepare_dataset``).
+    """
+    manifest = Path(data_dir) / "manifest.json"
+    return read_json(manifest).get("test_sets", {}).get(level) if manifest.exists() else None
+
+
+def level_test_ids(data_dir: str | Path, level: str) -> list[str]:
+    """The test ids of one blur level: split.csv's, or those of the level's own split file (:func:`level_test_set`)."""
+    record = level_test_set(data_dir, level)
+    ids = read_split(data_dir, record["file"] if record else "split.csv").get("test", [])
+    if not ids:
+        raise InputError(f"{Path(data_dir) / (record['file'] if record else 'split.csv')}: no test images. Fix: re-run the data rule for {Path(data_dir).name}")
+    return ids
 
 
 def dataset_normalisation(data_dir: str | Path) -> str:

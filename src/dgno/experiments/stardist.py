@@ -473,3 +473,27 @@ def run_downstream(
         {"model": description, "model_dir": str(model_dir), "level": level, "dataset": str(data_dir), "test_ids": ids},
     )
     return frame
+
+
+def unmeasurable(data_dir: str | Path) -> str | None:
+    """Why StarDist AP cannot be measured on a dataset's test split (label masks missing), else None.
+
+    The authors' BBBC006 archive has no masks of its own: they come from the Broad labels archive,
+    mapped by file name; when no name maps, its test images have none (the manifest says why).
+    """
+    data_dir = Path(data_dir)
+    ids = read_split(data_dir).get("test", [])
+    missing = [i for i in ids if not (data_dir / "labels" / f"{i}.tif").exists()]
+    if not missing:
+        return None
+    manifest = data_dir / "manifest.json"
+    why = json.loads(manifest.read_text()).get("broad", {}).get("description", "") if manifest.exists() else ""
+    return f"{data_dir}: no label mask for {len(missing)} of {len(ids)} test image(s) (e.g. {missing[0]}){'; ' + why if why else ''}"
+
+
+def write_unmeasured(out_csv: str | Path, why: str) -> None:
+    """A StarDist table with no rows, and the reason beside it (``<stem>.json``), for a check that cannot run."""
+    import pandas as pd
+
+    write_csv(out_csv, pd.DataFrame(columns=list(COLUMNS)))
+    write_json(Path(out_csv).with_suffix(".json"), {"not_measured": why})

@@ -12,7 +12,8 @@ Constraints, checked or documented:
   * shapes are static: one graph per (shape, dtype) key, at most ``max_graphs`` of them (tiled
     inference uses one tile shape, so one graph serves a whole dataset); all graphs share one
     memory pool;
-  * eval mode, no autograd: ASSM routing is then deterministic (argmax), so replay equals eager.
+  * eval mode, no autograd, argmax routing: ASSM routing is then deterministic, so replay equals
+    eager; a model switched to Gumbel routing (``dgno.models.routing``) is not capturable.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def capturable(model: nn.Module, device: torch.device) -> tuple[bool, str]:
     for module in model.modules():
         if not isinstance(module, ASSM):
             continue
+        if module.routing != "argmax":  # a replay would reuse the one draw recorded at capture
+            return False, f"routing {module.routing!r} draws new noise on every call; a CUDA graph would replay one draw (evaluate it eagerly)"
         backend = module.scan_backend
         if backend == "auto":
             backend = "mamba_ssm" if mamba_selective_scan_fn() is not None else ("triton" if scan_triton.available(device) else "torch")

@@ -19,8 +19,9 @@ from tqdm import tqdm
 
 from dgno import metrics, provenance
 from dgno.checkpoint import load_trained, pick_device
-from dgno.data.paired import from_tensor_image, load_pairs, read_split, to_tensor_image
+from dgno.data.paired import from_tensor_image, level_test_ids, load_pairs, to_tensor_image
 from dgno.inference.cuda_graphs import forward_fn
+from dgno.inference.gumbel import routing_hook
 from dgno.inference.pipeline import timed_pipeline
 from dgno.inference.tiling import tiled_apply
 from dgno.io import InputError, read_image, write_csv, write_json, write_tiff
@@ -101,8 +102,10 @@ class _ScoringStages:
     and the LPIPS weight source it carries along come out as in a plain loop.
     """
 
-    def __init__(self, restore: Restorer, out_dir: Path, blur_dir: Path, *, method: str, with_lpips: bool, save_restored: bool, precomputed: Path | None) -> None:
-        self.restore, self.out_dir, self.blur_dir, self.method = restore, out_dir, blur_dir, method
+    def __init__(
+        self, restore: Restorer, out_dir: Path, blur_dir: Path, *, method: str, with_lpips: bool, save_restored: bool, precomputed: Path | None, before_image=None
+    ) -> None:
+        self.restore, self.out_dir, self.blur_dir, self.method, self.before_image = restore, out_dir, blur_dir, method, before_image
         self.with_lpips, self.save_restored, self.precomputed = with_lpips, save_restored, precomputed
         self.rows: list[dict] = []
         self.lpips_source: str | None = None
@@ -113,6 +116,8 @@ class _ScoringStages:
 
     def compute(self, pair, loaded: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """(restored, sharp): the network's part, in the caller's thread."""
+        if self.before_image is not None:
+            self.before_image(pair.id)
         try:
             return loaded if self.precomputed else (self.restore(loaded[0]), loaded[1])
         except NonFiniteOutput as exc:
@@ -142,6 +147,7 @@ def score_dataset(
     precomputed: Path | None = None,
     overlap_io: bool = False,
     device: torch.device | None = None,
+    before_image: Callable[[str], None] | None = None,
 ) -> dict:
     """Restore and score the test split of `data_dir` at blur `level`.
 
@@ -153,11 +159,13 @@ def score_dataset(
     overlap_io: decode the next images and score/write the previous ones in background threads while
     `restore` runs (``dgno.inference.pipeline``; same rows and files). ``summary["runtime"]`` holds the
     wall time, images/s and, on ``device`` = CUDA, the mean GPU utilisation.
+    before_image: called with each image's id just before it is restored, in the restoring thread
+    (per-image Gumbel seeds, dgno.inference.gumbel).
+    The test images of a level are split.csv's, or the level's own (``dgno.data.paired.level_test_ids``).
     """
     out_dir = Path(out_dir)
-    test_ids = read_split(data_dir)["test"]
-    pairs = load_pairs(data_dir, split="test", levels=[level], ids=test_ids, min_size=min_size)
-    stages = _ScoringStages(restore, out_dir, Path(data_dir) / "blur" / level, method=method, with_lpips=with_lpips, save_restored=save_restored, precomputed=precomputed)
+    pairs = load_pairs(data_dir, split="test", levels=[level], ids=level_test_ids(data_dir, level), min_size=min_size)
+    stages = _ScoringStages(restore, out_dir, Path(data_dir) / "blur" / level, method=method, with_lpips=with_lpips, save_restored=save_restored, precomputed=precomputed, before_image=before_image)
     bar = partial(tqdm, total=len(pairs), desc=f"evaluate {method} {level}", disable=not progress)
     runtime = timed_pipeline(pairs, stages.load, stages.compute, stages.finish, overlap=overlap_io, device=device or torch.device("cpu"), progress=bar)
     rows, lpips_source = stages.rows, stages.lpips_source
@@ -194,6 +202,9 @@ def evaluate_checkpoint(
     method: str | None = None,
     tile_batch: int | None = None,
     cuda_graphs: bool = False,
+    routing: str = "argmax",
+    routing_seed: int = 0,
+    repeat: int = 0,
     **kwargs,
 ) -> dict:
     """Score a trained ``model.pt`` on one blur level of a dataset's test split.
@@ -201,14 +212,18 @@ def evaluate_checkpoint(
     ``tile_batch``: tiles per forward pass; None = 8 on a GPU, 1 on a CPU (where batching does
     not pay and one tile at a time keeps memory low). ``cuda_graphs``: replay the forward pass
     (one graph per tile shape, ``dgno.inference.cuda_graphs``); other keywords go to :func:`score_dataset`
-    (e.g. ``overlap_io``).
+    (e.g. ``overlap_io``). ``routing`` "gumbel": the authors' stochastic token routing, seeded per image
+    from (``routing_seed``, ``repeat``, id) (dgno.inference.gumbel); CUDA graphs refuse it.
     """
     dev = pick_device(device)
     model, blob = load_trained(checkpoint, dev)
+    before_image, routed = routing_hook(model, routing, seed=routing_seed, repeat=repeat)
     graphs, tiles = cuda_graphs and dev.type == "cuda", default_tile_batch(dev, tile_batch)
     restore = model_restorer(model, dev, tile=tile, overlap=overlap, blend=blend, tile_batch=tiles, cuda_graphs=graphs)
-    extra = {"checkpoint": str(checkpoint), "model_spec": blob["spec"], "weights": blob.get("weights", "ema"), "tile": tile, "overlap": overlap, "blend": blend}
+    extra = {"checkpoint": str(checkpoint), "model_spec": blob["spec"], "weights": blob.get("weights", "ema"), "tile": tile, "overlap": overlap, "blend": blend, **routed}
     extra.update(tile_batch=tiles, cuda_graphs=graphs)
     kwargs.setdefault("device", dev)
     min_size = int(model.hparams.get("operator_kwargs", {}).get("element_size", 1))  # one DG element must fit
-    return score_dataset(restore, data_dir, level, out_dir, method=method or blob["spec"]["name"], extra=extra, min_size=min_size, **kwargs)
+    return score_dataset(
+        restore, data_dir, level, out_dir, method=method or blob["spec"]["name"], extra=extra, min_size=min_size, before_image=before_image, **kwargs
+    )

@@ -18,15 +18,16 @@ from dgno.report.render import (
     header_context,
     render,
 )
+from dgno.report.reproduction import reproduction_section
 from dgno.report.results import defocus_section, lifting_section, main_section, real_defocus_section, robustness_section
 from dgno.report.synthetic import synthetic_bbbc006_section, synthetic_section
-from dgno.report.tables import collect_summaries
+from dgno.report.tables import collect_summaries, summary_files
 
 
 def build_report(config: dict[str, Any], results_root: str | Path, out_html: str | Path) -> None:
     """Read every results file of this configuration and write the standalone HTML report."""
     results = Path(results_root)
-    summaries = collect_summaries(sorted((results / "eval").rglob("summary.json")))
+    summaries = collect_summaries(summary_files(results))
     sections = [protocol_section(config)]
     if "main" in config["experiments"]:
         sections.append(main_section(config, summaries, results))
@@ -49,7 +50,7 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
     if "lifting" in config["experiments"]:
         sections.append(lifting_section(config, summaries))
     if "defocus" in config["experiments"]:
-        sections.append(defocus_section(config, summaries))
+        sections.append(defocus_section(config, summaries, results))
     for name in ("dpdd", "realdof"):
         if name in config["experiments"]:
             sections.append(real_defocus_section(name, config, summaries))
@@ -57,6 +58,8 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
         sections.append(robustness_section(config, summaries))
     for name in config.get("ablation_runs", {}):
         sections.append(ablation_section(name, config, summaries))
+    if "reproduction" in config:
+        sections.append(reproduction_section(config, results))
     sections.append(cost_section(config, results))
     runtime, runtime_measured = runtime_section(results)
     sections.append(runtime)
@@ -76,4 +79,14 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
     ]
     context = header_context(config, summaries, stardist_source)
     context.update(sections=sections, catalogue=catalogue, compute=benchmark_times(results / "benchmarks").to_dict("records"))
+    render(context, out_html)
+
+
+def build_authors_report(config: dict[str, Any], results_root: str | Path, out_html: str | Path) -> None:
+    """The report of target ``authors``: the protocol and the reproduction from the released weights, standing alone."""
+    results = Path(results_root)
+    summaries = collect_summaries(summary_files(results))
+    context = header_context(config, summaries)
+    catalogue = [{"title": "Reproduction from the released weights", "section": "reproduction", "status": None, "reason": ""}]
+    context.update(sections=[protocol_section(config), reproduction_section(config, results)], catalogue=catalogue, compute=benchmark_times(results / "benchmarks").to_dict("records"))
     render(context, out_html)

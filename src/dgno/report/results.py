@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dgno.io import read_json
 from dgno.report.render import (
     Cell,
     Table,
@@ -57,11 +58,11 @@ def main_section(config: dict, summaries: pd.DataFrame, results: Path) -> Sectio
         )
     official = [m for m in exp["methods"] if "official" in config["methods"].get(m, {})]
     if official:
-        sec.notes.append(
-            f"Rows {', '.join(config['methods'][m].get('label', m) for m in official)}: the authors' released weights, not trained here, "
-            "evaluated on this pipeline's test split (their own split is not published as a list; their training images may "
-            "include some of these test images)."
-        )
+        own = [ds for ds in dss if config["datasets"][ds].get("split") == "authors"]
+        other = [ds for ds in dss if config["datasets"][ds]["source"] == "bbbc006" and ds not in own]
+        where = f"evaluated on the authors' own test split on {', '.join(own)} (their BBBC006.tar.gz)" if own else "evaluated on this pipeline's test split"
+        caveat = f"; on {', '.join(other)} this pipeline's by-well split, whose test images the released models may have been trained on" if other else ""
+        sec.notes.append(f"Rows {', '.join(config['methods'][m].get('label', m) for m in official)}: the authors' released weights, not trained here, {where}{caveat}.")
     sec.tables.append(
         metric_table(
             summaries,
@@ -121,7 +122,14 @@ def lifting_section(config: dict, summaries: pd.DataFrame) -> Section:
     return _one_dataset_table(sec, config, summaries, exp, paper, paper.get("rows", {}))
 
 
-def defocus_section(config: dict, summaries: pd.DataFrame) -> Section:
+def _fallback_levels(results: Path | None, dataset: str, levels: list[str]) -> dict[str, str]:
+    """{level: why} of the levels whose test images are the by-well fallback's (the dataset's manifest, ``test_sets``)."""
+    manifest = Path(results or "results") / "data" / dataset / "manifest.json"
+    sets = read_json(manifest).get("test_sets", {}) if manifest.exists() else {}
+    return {lvl: sets[lvl]["note"] for lvl in levels if lvl in sets}
+
+
+def defocus_section(config: dict, summaries: pd.DataFrame, results: Path | None = None) -> Section:
     """PSNR per unseen defocus level; dataset i compares with the paper's defocus table of its paper_column."""
     exp = config["experiments"]["defocus"]
     sec = Section(id="defocus", title="Generalisation to unseen defocus levels")
@@ -129,6 +137,9 @@ def defocus_section(config: dict, summaries: pd.DataFrame) -> Section:
         col = config["datasets"][ds].get("paper_column", ds)
         paper = load_paper("defocus_w2" if col.endswith("w2") else "defocus_w1")
         sec.notes.append(f"{ds}: trained on {', '.join(config['datasets'][ds]['train_levels'])}; compared with {paper.get('source', 'the paper')}.")
+        fallback = _fallback_levels(results, ds, exp["levels"])
+        if fallback:  # decided when the data were prepared (the manifest's test_sets), not by the config
+            sec.notes.append(f"{ds}, levels {', '.join(fallback)}: by-well split, not the authors' test images — {fallback[next(iter(fallback))]}.")
         table = Table(columns=[(ds, lvl) for lvl in exp["levels"]])
         for method in ["input", *exp["methods"]]:
             cfg = config["methods"].get(method, {"model": "blur", "label": "Blurred input"})

@@ -49,6 +49,13 @@ def paper_row(rows: dict[str, Any], method_cfg: dict[str, Any], method: str) -> 
     return {}
 
 
+def summary_files(results: str | Path) -> list[Path]:
+    """Every evaluation's summary.json under ``results/eval``, except those of Gumbel-routing repeats
+    (``<level>/gumbel/...``: the reproduction table reads them; a results table shows the plain evaluation)."""
+    root = Path(results) / "eval"
+    return sorted(p for p in root.rglob("summary.json") if "gumbel" not in p.relative_to(root).parts)
+
+
 def collect_summaries(paths: Iterable[str | Path]) -> pd.DataFrame:
     """One row per summary.json: dataset, method, level, n_images, metrics and the LPIPS weight source."""
     rows = []

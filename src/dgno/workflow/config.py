@@ -96,7 +96,12 @@ def validate_config(config: dict, schema: dict | None = None) -> dict:
     if errors:
         raise ConfigError("; ".join(_message(e, schema) for e in errors[:5]))
     cfg.setdefault("downloads", {})
+    _check_bbbc006_keys(cfg["datasets"])
     _fill_defaults(cfg, schema, schema)
+    for ds in cfg["datasets"].values():  # filled into every dataset; only BBBC006 channels read them
+        if ds["source"] != "bbbc006":
+            for key in BBBC006_SPLIT_KEYS:
+                ds.pop(key, None)
     _check_references(cfg)
     expand_ablations(cfg)
     cfg["_validated"] = True
@@ -159,6 +164,7 @@ def _check_references(cfg: dict) -> None:
         if config_value(cfg, path) is _MISSING:
             raise ConfigError(f"config key protocol.{path}: names no setting of this config. Fix: use the dotted path of a key, e.g. train.grad_clip")
     _check_experiment_settings(cfg)
+    _check_reproduction(cfg)
     for exp, spec in cfg["experiments"].items():
         _check_experiment_names(cfg, exp, spec)
     if "robustness" in cfg["experiments"]:
@@ -220,6 +226,30 @@ def _check_dataset(cfg: dict, name: str, ds: dict) -> None:
         for lvl in ds[which]:
             if lvl not in ds["levels"]:
                 raise ConfigError(f"config key datasets.{name}.{which}: level {lvl!r} is not defined; defined levels: {', '.join(ds['levels'])}")
+
+
+BBBC006_SPLIT_KEYS = ("split", "plane_rule", "max_out_of_order")
+
+
+def _check_bbbc006_keys(datasets: dict) -> None:
+    """The split settings belong to BBBC006 channels (checked before the schema's defaults fill them in everywhere)."""
+    for name, ds in datasets.items():
+        for key in BBBC006_SPLIT_KEYS:
+            if key in ds and ds["source"] != "bbbc006":
+                raise ConfigError(f"config key datasets.{name}.{key}: only for source 'bbbc006' (this dataset's source is {ds['source']!r}). Fix: remove it")
+
+
+def _check_reproduction(cfg: dict) -> None:
+    """The reproduction's methods exist and carry the authors' checkpoints (methods.<name>.official)."""
+    for m in cfg.get("reproduction", {}).get("methods", []):
+        if m not in cfg["methods"]:
+            raise ConfigError(f"config key reproduction.methods: method {m!r} is not defined; defined methods: {', '.join(cfg['methods'])}")
+        if "official" not in cfg["methods"][m]:
+            with_weights = [k for k, v in cfg["methods"].items() if "official" in v]
+            raise ConfigError(
+                f"config key reproduction.methods: {m!r} has no authors' weights (methods.{m}.official); "
+                f"allowed values: {', '.join(with_weights) or 'none defined'}"
+            )
 
 
 def _check_bbbc006_dataset(name: str, ds: dict) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import resolved_spec
+from dgno.workflow import reproduction
 from dgno.workflow.config import PAIRED_SOURCES
 from dgno.workflow.settings import DECONV_LABELS, canonical, method_labels, method_settings
 
@@ -201,11 +202,24 @@ def data_inputs(config: Config, dataset: str, levels: Iterable[str]) -> dict[str
     }
 
 
+ARCHIVE_LEVELS = ("z02", "z06", "z10")  # the planes in the authors' BBBC006.tar.gz (dgno.data.bbbc006_pairing.PLANES)
+
+
 def bbbc006_planes(config: Config, dataset: str) -> dict[str, Any]:
-    """Raw plane folders (in focus + every configured level) and the label masks of one channel dataset."""
+    """Raw plane folders (in focus + every configured level) and the label masks of one channel dataset.
+
+    With ``split: authors`` the archive's record replaces the planes it holds (z02, z06, z10); the
+    Broad planes of the other levels and the labels are mapped to its fields, and z16 lets the
+    preparation compare the archive's ground truth with the Broad one and, if no name maps, take the
+    unseen levels from the by-well split (a decision that depends on the data, made there).
+    """
     raw = config["downloads"]["raw_dir"]
-    planes = ["z16", *config["datasets"][dataset]["levels"]]
-    return {"planes": [f"{raw}/bbbc006/{p}" for p in planes], "labels": f"{raw}/bbbc006/labels"}
+    levels = list(config["datasets"][dataset]["levels"])
+    inputs = {"labels": f"{raw}/bbbc006/labels"}
+    if config["datasets"][dataset].get("split") == "authors":
+        levels = [lvl for lvl in levels if lvl not in ARCHIVE_LEVELS]
+        inputs["archive"] = f"{raw}/bbbc006/authors.json"
+    return {"planes": [f"{raw}/bbbc006/{p}" for p in ["z16", *levels]], **inputs}
 
 
 def seidel_base_inputs(config: Config, dataset: str) -> dict[str, str]:
@@ -251,7 +265,7 @@ def restored_readers(config: Config) -> frozenset[tuple[str, str, str]]:
     if "stardist" in config["experiments"]:
         spec = config["experiments"]["stardist"]
         need |= {(spec["dataset"], m, spec["level"]) for m in spec["methods"]}
-    return frozenset(need)
+    return frozenset(need | reproduction.restored_needed(config))
 
 
 # --- evaluation summaries behind each table ----------------------------------------------------
@@ -399,6 +413,8 @@ def report_inputs(config: Config) -> list[str]:
         files += ["results/tables/synthetic.csv", "results/figures/synthetic_psnr.png"]
     for ds in experiment_dataset_set(config):
         files += _dataset_targets(config, ds)
+    if reproduction.methods(config):
+        files.append(reproduction.TABLE)
     return files
 
 

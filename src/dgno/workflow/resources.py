@@ -36,6 +36,7 @@ PAPER: dict[str, Request] = {
     "bbbc006_plane": DOWNLOAD,
     "bbbc006_labels": DOWNLOAD,
     "bbbc006_prepare": PREPARE,
+    "bbbc006_authors_archive": DOWNLOAD,  # 3.2 GB, then unpacked once
     "paired_source": DOWNLOAD,
     "paired_prepare": PREPARE,
     "sigma_sharp": PREPARE,
@@ -54,10 +55,12 @@ PAPER: dict[str, Request] = {
     "import_official": Request(1, 4000, 30),
     "evaluate": Request(4, 16000, 240, gpu=True),
     "evaluate_input": Request(2, 8000, 120),
+    "evaluate_gumbel": Request(4, 16000, 240, gpu=True),  # one Gumbel-routing repeat of an evaluation
     # StarDist (TensorFlow CPU)
     "stardist_pretrained": DOWNLOAD,
     "train_stardist": Request(8, 32000, 720),
     "stardist_ap": Request(4, 16000, 240),
+    "stardist_authors": Request(4, 16000, 240),
     # operator analyses run the trained networks
     "effective_rank": Request(4, 16000, 120, gpu=True),
     "figure_operators": Request(4, 16000, 120, gpu=True),
@@ -81,6 +84,8 @@ PAPER: dict[str, Request] = {
     "figure_nonblind_sensitivity": FIGURE,
     "model_summary": Request(1, 8000, 120),  # builds every network once to count parameters/FLOPs
     "report": FIGURE,
+    "reproduction_table": TABLE,
+    "report_authors": TABLE,
 }
 
 DEMO = Request(1, 1000, 30)

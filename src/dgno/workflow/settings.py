@@ -88,3 +88,30 @@ def photometry_of(config: Config, dataset: str) -> dict[str, Any]:
 def method_labels(config: Config, methods) -> dict[str, str]:
     """{method: its row label in tables and figures} (the method's name where it has no label)."""
     return {m: config["methods"][m].get("label", m) for m in methods}
+
+
+def bbbc006_settings(config: Config, dataset: str) -> dict[str, Any]:
+    """A BBBC006 channel's settings for its prepare job; the split keys only with ``split: authors``, so that
+    adding them (with the by-well default) does not re-prepare, and so retrain, an existing by-well dataset."""
+    ds = dict(config["datasets"][dataset])
+    if ds.get("split", "by_well") == "by_well":
+        for key in ("split", "plane_rule", "max_out_of_order"):
+            ds.pop(key, None)
+    else:
+        ds["authors_url"] = config["downloads"]["bbbc006_authors_url"]
+    return canonical(ds)
+
+
+def evaluate_settings(config: Config) -> dict[str, Any]:
+    """What an evaluation's scores depend on; the routing only when it is not the default argmax (the scores of
+    existing argmax evaluations do not change, so their params must not either)."""
+    ev = config["evaluate"]
+    out = {k: ev[k] for k in ("tile", "overlap", "blend", "lpips")}
+    if ev.get("routing", "argmax") != "argmax":
+        out |= {"routing": ev["routing"], "routing_seed": config["seed"]}
+    return canonical(out)
+
+
+def gumbel_settings(config: Config) -> dict[str, Any]:
+    """The evaluation's settings, and the repeats and seed of the authors' Gumbel routing (rule evaluate_gumbel)."""
+    return {**evaluate_settings(config), "repeats": config["evaluate"]["gumbel_repeats"], "routing_seed": config["seed"]}
