@@ -17,9 +17,11 @@ out_dir = Path(sm.output.summary).parent
 # Restored images only where a later rule reads them (dgno.workflow.plan.restored_readers); the folder
 # exists either way, as the rule's output.
 common = dict(method=sm.wildcards.get("method", "input"), with_lpips=ev["lpips"], save_restored=sm.params.keep_restored)
+# Seed replicate r >= 1 (rule evaluate_replicate): written into summary.json, so tables can tell the seeds apart.
+replicate = {"replicate": sm.params.replicate} if "replicate" in sm.params.keys() else {}
 if "model" in sm.input.keys():
     evaluate_checkpoint(
-        sm.input.model, data_dir, sm.wildcards.level, out_dir, tile=ev["tile"], overlap=ev["overlap"], blend=ev["blend"], device=sm.params.device, **common
+        sm.input.model, data_dir, sm.wildcards.level, out_dir, tile=ev["tile"], overlap=ev["overlap"], blend=ev["blend"], device=sm.params.device, extra=replicate, **common
     )
 else:
     score_dataset(identity_restorer, data_dir, sm.wildcards.level, out_dir, **common)

@@ -77,3 +77,9 @@ def photometry_of(config: Config, dataset: str) -> dict[str, Any]:
 def method_labels(config: Config, methods) -> dict[str, str]:
     """{method: its row label in tables and figures} (the method's name where it has no label)."""
     return {m: config["methods"][m].get("label", m) for m in methods}
+
+
+def resampling(config: Config) -> dict[str, Any]:
+    """How the tables' and claims' bootstrap intervals are drawn (config ``stats``: coverage, resamples, seed)."""
+    s = config.get("stats", {})
+    return canonical({k: s[k] for k in ("confidence", "n_resamples", "seed") if k in s})
