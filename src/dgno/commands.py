@@ -56,7 +56,8 @@ def evaluate(args: argparse.Namespace) -> int:
     summary = evaluate_checkpoint(
         args.checkpoint, args.data, args.level, args.out, tile=args.tile, overlap=args.overlap, with_lpips=not args.no_lpips
     )
-    print(json.dumps({k: summary[k] for k in ("method", "level", "n_images", "psnr", "ssim", "lpips", "lpips_source")}, indent=2))
+    keys = ("method", "level", "n_images", "psnr", "ssim", "lpips", "lpips_source", "iteration", "iterations", "in_progress")
+    print(json.dumps({k: summary.get(k) for k in keys}, indent=2))
     return 0
 
 

@@ -17,7 +17,7 @@ import torch
 from tqdm import tqdm
 
 from dgno import metrics, provenance
-from dgno.checkpoint import load_trained, pick_device
+from dgno.checkpoint import load_evaluated, pick_device
 from dgno.data.paired import from_tensor_image, load_pairs, read_split, to_tensor_image
 from dgno.inference.cuda_graphs import forward_fn
 from dgno.inference.tiling import tiled_apply
@@ -158,16 +158,39 @@ def evaluate_checkpoint(
     device: str = "auto",
     method: str | None = None,
     tile_batch: int | None = None,
+    extra: dict | None = None,
     **kwargs,
 ) -> dict:
-    """Score a trained ``model.pt`` on one blur level of a dataset's test split.
+    """Score a trained ``model.pt``, or a training's ``checkpoint.pt`` at its iteration, on one blur level
+    of a dataset's test split.
 
     ``tile_batch``: tiles per forward pass; None = 8 on a GPU, 1 on a CPU (where batching does
-    not pay and one tile at a time keeps memory low).
+    not pay and one tile at a time keeps memory low). The summary records the training iteration
+    the weights come from; a checkpoint of an unfinished run also adds a row to ``progress.csv``
+    beside the summary (:func:`record_progress`), so repeated scoring draws test PSNR against iterations.
     """
     dev = pick_device(device)
-    model, blob = load_trained(checkpoint, dev)
+    model, blob = load_evaluated(checkpoint, dev)
     restore = model_restorer(model, dev, tile=tile, overlap=overlap, blend=blend, tile_batch=default_tile_batch(dev, tile_batch))
-    extra = {"checkpoint": str(checkpoint), "model_spec": blob["spec"], "weights": blob.get("weights", "ema"), "tile": tile, "overlap": overlap, "blend": blend}
+    trained = {"iteration": blob.get("iteration", blob.get("iterations")), "iterations": blob.get("iterations"), "in_progress": bool(blob.get("in_progress", False))}
+    extra = {"checkpoint": str(checkpoint), "model_spec": blob["spec"], "weights": blob.get("weights", "ema"), "tile": tile, "overlap": overlap, "blend": blend, **trained, **(extra or {})}
     min_size = int(model.hparams.get("operator_kwargs", {}).get("element_size", 1))  # one DG element must fit
-    return score_dataset(restore, data_dir, level, out_dir, method=method or blob["spec"]["name"], extra=extra, min_size=min_size, **kwargs)
+    summary = score_dataset(restore, data_dir, level, out_dir, method=method or blob["spec"]["name"], extra=extra, min_size=min_size, **kwargs)
+    if trained["in_progress"]:
+        record_progress(Path(out_dir) / "progress.csv", summary)
+    return summary
+
+
+PROGRESS_COLUMNS = ("iteration", "iterations", "psnr", "ssim", "lpips", "n_images", "checkpoint", "time_utc")
+
+
+def record_progress(path: Path, summary: dict) -> None:
+    """Append one scoring of an unfinished training to ``progress.csv`` (one row per iteration scored;
+    a rescoring at the same iteration replaces its row): the test curve of a run in progress."""
+    row = {k: summary.get(k) for k in PROGRESS_COLUMNS if k != "time_utc"}
+    row["time_utc"] = summary.get("provenance", {}).get("time_utc")
+    frame = pd.DataFrame([row])
+    if path.exists():
+        earlier = pd.read_csv(path)
+        frame = pd.concat([earlier[earlier["iteration"] != row["iteration"]], frame], ignore_index=True).sort_values("iteration", kind="stable")
+    write_csv(path, frame[list(PROGRESS_COLUMNS)])
