@@ -279,7 +279,19 @@ def ring_cost(config: Mapping[str, Any], job: Job, rates: Rates) -> tuple[float,
     return n * rate.value * (h * w) / rate.size**2 / 3600, "ring deconvolution", rate.source
 
 
-COST_MODELS = {**dict.fromkeys(TRAIN_RULES, train_cost), **dict.fromkeys(EVAL_RULES, evaluate_cost), "deconvolve_ring": ring_cost}
+def gumbel_cost(config: Mapping[str, Any], job: Job, rates: Rates) -> tuple[float, str, str]:
+    """Repeated evaluations with Gumbel routing (evaluate.gumbel_repeats): that many evaluations of the level."""
+    hours, key, source = evaluate_cost(config, job, rates)
+    repeats = int(config["evaluate"].get("gumbel_repeats", 1))
+    return hours * repeats, f"{key} × {repeats} Gumbel repeats", source + " (evaluate.gumbel_repeats)"
+
+
+COST_MODELS = {
+    **dict.fromkeys(TRAIN_RULES, train_cost),
+    **dict.fromkeys(EVAL_RULES, evaluate_cost),
+    "evaluate_gumbel": gumbel_cost,
+    "deconvolve_ring": ring_cost,
+}
 
 
 def price(config: Mapping[str, Any], jobs: list[Job], rates: Rates | None = None) -> dict[str, str]:
@@ -288,7 +300,8 @@ def price(config: Mapping[str, Any], jobs: list[Job], rates: Rates | None = None
     rates = rates or Rates()
     used: dict[str, str] = {}
     for job in jobs:
-        if job.rule not in resources.PAPER or not resources.PAPER[job.rule].gpu or config.get("device") == "cpu":
+        gpu_rule = job.rule in COST_MODELS or (job.rule in resources.PAPER and resources.PAPER[job.rule].gpu)
+        if not gpu_rule or config.get("device") == "cpu":
             continue
         priced = COST_MODELS[job.rule](config, job, rates) if job.rule in COST_MODELS else None
         if priced is None:
@@ -316,9 +329,12 @@ def render(est: Estimate) -> str:
         f"dgno estimate: config {est.config_name!r}, target {' '.join(est.targets)}: {len(est.jobs)} jobs (snakemake -n --forceall)",
         f"{'rule':28s} {'jobs':>6s} {'GPU-hours':>10s}",
     ]
-    for rule, r in sorted(rows.items(), key=lambda kv: (-kv[1]["gpu_hours"], kv[0])):
+    gpu = {rule: r for rule, r in rows.items() if r["gpu_hours"] or r["bound_hours"]}
+    for rule, r in sorted(gpu.items(), key=lambda kv: (-kv[1]["gpu_hours"], kv[0])):
         extra = f"  (no recorded rate; at most {r['bound_hours']:.1f})" if r["bound_hours"] else ""
         lines.append(f"{rule:28s} {int(r['jobs']):6d} {r['gpu_hours']:10.2f}{extra}")
+    cpu = {rule: r for rule, r in rows.items() if rule not in gpu}
+    lines.append(f"{'CPU-only rules (' + str(len(cpu)) + ')':28s} {sum(int(r['jobs']) for r in cpu.values()):6d} {0:10.2f}")
     lines.append(f"{'total':28s} {len(est.jobs):6d} {est.total:10.2f}")
     if est.bound:
         lines.append(f"  + at most {est.bound:.1f} GPU-hours for GPU jobs without a recorded rate (their runtime limits)")
