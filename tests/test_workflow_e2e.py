@@ -150,7 +150,7 @@ def test_robustness_table_scores_the_trained_models_on_out_of_range_photometry(s
     assert set(zip(frame.dataset, frame.method)) == {(d, m) for d in ("nuclei", "nuclei_ood") for m in ("gg", "dgno-cell", "input")}
     section = (smoke_run / "report" / "index.html").read_text().split('id="robustness"')[1].split("</section>")[0]
     row = re.search(r"<tr><td>DGNO-Cell</td>(.*?)</tr>", section, re.S)
-    assert row and len(re.findall(r'<span class="m">[-0-9.]+</span>', row.group(1))) == 4  # psnr and gain, in and out of range
+    assert row and len(re.findall(r'<span class="m">[-+0-9.]+</span>', row.group(1))) == 4  # psnr and gain (signed), in and out of range
 
 
 def test_restored_images_only_where_read_and_losslessly_compressed(smoke_run):
