@@ -44,6 +44,7 @@ wildcard_constraints:
     method=METHOD_REGEX,
     ablation=one_of(ABLATIONS),
     level=r"[a-z0-9][a-z0-9_.-]*",
+    replicate=r"[1-9][0-9]*",
 
 
 include: "workflow/rules/data.smk"
@@ -79,6 +80,7 @@ localrules:
     table_robustness,
     table_ablation,
     table_experiment,
+    claims,
     edge_band_definition,
     figure_visual,
     figure_error_difference,

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from dgno.io import replicate_dir
 from dgno.report.claim_measures import Options
 from dgno.report.claims import claims_frame, claims_section, evaluate_claims, expand_claims, measurement_scale, validate_claims
 from dgno.report.tables import load_claims, load_paper_values
@@ -20,19 +21,19 @@ ROOT = Path(__file__).resolve().parents[1]
 FAST = Options(n_resamples=2000)
 
 
-def _config(**train) -> dict:
-    """A small configuration: shapes (synthetic), nuclei (operators, StarDist, edge band), nonblind."""
+def _config(seeds: int = 1) -> dict:
+    """A small configuration: shapes (synthetic, `seeds` training seeds), nuclei (operators, StarDist, edge band)."""
     return {
         "name": "demo",
         "scale": "demo",
-        "train": dict(train),
+        "train": {},
         "datasets": {
             "shapes": {"test_levels": ["sigma"], "train_levels": ["sigma"], "paper_column": "sigma_8_10"},
             "nuclei": {"test_levels": ["z02", "z06", "z01"], "train_levels": ["z02", "z06"], "paper_column": "bbbc006_w1"},
         },
         "methods": {m: {"model": m} for m in ("gg", "lg", "dgno-face", "dgno-cell", "restormer", "mpt")},
         "experiments": {
-            "synthetic": {"datasets": ["shapes"], "methods": ["gg", "dgno-face", "dgno-cell"]},
+            "synthetic": {"datasets": ["shapes"], "methods": ["gg", "lg", "dgno-face", "dgno-cell"], "seeds": seeds},
             "operators": {"dataset": "nuclei", "methods": ["gg", "lg", "dgno-face", "dgno-cell"]},
             "main": {"datasets": ["nuclei"], "methods": ["restormer", "mpt", "dgno-cell"]},
             "stardist": {"dataset": "nuclei", "level": "z02", "methods": ["gg", "dgno-cell"]},
@@ -51,7 +52,7 @@ def _claim(cid: str, a, b, *, kind="paired_difference", experiment="synthetic", 
 
 
 def _per_image(results: Path, dataset: str, method: str, level: str, psnr: np.ndarray, seed=None) -> None:
-    folder = results / "eval" / dataset / (method if seed is None else f"{method}/seed={seed}") / level
+    folder = results / "eval" / dataset / replicate_dir(method, seed or 0) / level
     folder.mkdir(parents=True, exist_ok=True)
     ids = [f"img{i:02d}" for i in range(len(psnr))]
     pd.DataFrame({"id": ids, "psnr": psnr, "ssim": 0.9, "lpips": 0.2}).to_csv(folder / "per_image.csv", index=False)
@@ -77,6 +78,7 @@ def test_every_verdict_against_constructed_results(tmp_path):
         _claim("cell_gt_gg", "dgno-cell", "gg"),  # -0.6 dB, the other side
         _claim("gg_gt_gg_noise", "gg", "dgno-face", direction="less"),  # -1.0 dB, claimed 'less': supported
         _claim("lg_gt_gg", "lg", "gg"),  # lg never evaluated on shapes
+        _claim("mpt_gt_gg", "mpt", "gg"),  # mpt is configured, but no experiment runs it on shapes
         _claim("lifting", "nafnet-dgno", "nafnet", experiment="lifting"),  # not in this configuration
     ]
     rows = evaluate_claims(_config(), results, claims, options=FAST)
@@ -88,6 +90,8 @@ def test_every_verdict_against_constructed_results(tmp_path):
     lg = _one(rows, "lg_gt_gg")
     assert lg["verdict"] == "not run" and lg["measured"] is None
     assert lg["command"] == "snakemake --cores all results/eval/shapes/lg/sigma/per_image.csv"
+    mpt = _one(rows, "mpt_gt_gg")
+    assert mpt["verdict"] == "not run" and "not run on shapes" in mpt["reason"] and "config/claims.yaml" in mpt["command"]
     lifting = _one(rows, "lifting")
     assert lifting["verdict"] == "not run" and "no experiment 'lifting'" in lifting["reason"] and "config/paper.yaml" in lifting["command"]
 
@@ -120,12 +124,12 @@ def test_best_of_picks_this_runs_best_baseline_and_levels_follow_the_table(tmp_p
 def test_seed_replicates_are_read_from_their_paths_and_aggregated(tmp_path):
     results = tmp_path / "results"
     _shapes(results, {"gg": 0.0, "dgno-face": 1.0}, seeds=(0, 1, 2))
-    row = evaluate_claims(_config(seeds=[0, 1, 2]), results, [_claim("seeds", "dgno-face", "gg")], options=FAST)[0]
+    row = evaluate_claims(_config(seeds=3), results, [_claim("seeds", "dgno-face", "gg")], options=FAST)[0]
     assert row["n_seeds"] == 3 and row["interval_method"] == "percentile, images × seeds"
     assert row["seed_mean"] == pytest.approx(1.0, abs=0.1) and row["seed_sd"] < 0.2 and row["verdict"] == "supported"
     # a missing replicate is "not run", naming its path
     (results / "eval/shapes/dgno-face/seed=2/sigma/per_image.csv").unlink()
-    missing = evaluate_claims(_config(seeds=[0, 1, 2]), results, [_claim("seeds", "dgno-face", "gg")], options=FAST)[0]
+    missing = evaluate_claims(_config(seeds=3), results, [_claim("seeds", "dgno-face", "gg")], options=FAST)[0]
     assert missing["verdict"] == "not run" and missing["command"].endswith("results/eval/shapes/dgno-face/seed=2/sigma/per_image.csv")
 
 
@@ -348,3 +352,19 @@ def test_the_paper_list_resolves_in_the_shipped_configurations(tmp_path, config_
     assert {r["verdict"] for r in rows} == {"not run"} and all(r["command"] for r in rows)
     if config["name"] == "paper":  # everything the paper claims is measured by the paper config
         assert not [r["id"] for r in rows if r["reason"].startswith("not measured")]
+
+
+def test_the_claims_config_measures_every_claim_of_its_three_comparisons(tmp_path):
+    """config/claims.yaml: the three comparisons the claims section points at, 3 seeds each, and every claim
+    of theirs measurable there (before a run: 'not run' with the command of a missing file, not 'not measured')."""
+    from dgno.report.claims import CLAIMS_CONFIG_EXPERIMENTS
+    from dgno.workflow.config import load_config
+
+    config = load_config(ROOT / "config" / "claims.yaml")
+    assert set(config["experiments"]) == set(CLAIMS_CONFIG_EXPERIMENTS)
+    assert {spec["seeds"] for spec in config["experiments"].values()} == {3}
+    assert measurement_scale(config) == "claims config" and config["scale"] == "paper"
+    rows = evaluate_claims(config, tmp_path / "results", options=FAST)
+    ours = {c["id"] for c in load_claims()["list"] if c["measure"].get("experiment") in CLAIMS_CONFIG_EXPERIMENTS}
+    unmeasured = {r["id"].split("[")[0] for r in rows if r["id"].split("[")[0] in ours and r["reason"].startswith("not measured")}
+    assert unmeasured == {"gg_vs_mpt"}  # MPT belongs to Table 1, which the claims config does not train

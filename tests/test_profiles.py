@@ -45,11 +45,19 @@ def test_set_resources_name_real_rules(name, rule_names):
 
 
 def rule_blocks() -> dict[str, str]:
-    """The text of every rule of workflow/rules/*.smk, by name (a rule ends where the next begins)."""
-    blocks = {}
+    """The text of every rule of workflow/rules/*.smk, by name (a rule ends where the next begins). A rule
+    derived with `use rule X as Y with:` gets X's text (what it inherits) followed by its own overrides."""
+    blocks, derived = {}, {}
     for path in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
-        parts = re.split(r"^\s*rule (\w+):\n", path.read_text(), flags=re.M)
-        blocks.update(zip(parts[1::2], parts[2::2]))
+        parts = re.split(r"^\s*(?:rule (\w+)|use rule (\w+ as \w+) with):\n", path.read_text(), flags=re.M)
+        for plain, use, text in zip(parts[1::3], parts[2::3], parts[3::3]):
+            if plain:
+                blocks[plain] = text
+            else:
+                parent, child = use.split(" as ")
+                derived[child] = (parent, text)
+    for child, (parent, text) in derived.items():
+        blocks[child] = blocks[parent] + text
     return blocks
 
 

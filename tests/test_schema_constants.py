@@ -126,6 +126,16 @@ def test_tile_blends_are_the_tilings():
     assert _enum("properties", "evaluate", "properties", "blend") == list(BLENDS)
 
 
+def test_evaluated_checkpoints_and_statistics_defaults_are_the_code():
+    from dgno import stats
+    from dgno.workflow.plan import EVALUATED_CHECKPOINTS
+
+    assert _enum("properties", "evaluate", "properties", "checkpoint") == list(EVALUATED_CHECKPOINTS)
+    block = _node("properties", "stats")["properties"]
+    assert block["confidence"]["default"] == stats.CONFIDENCE and block["n_resamples"]["default"] == stats.N_RESAMPLES
+    assert block["undertrained_rise_db"]["default"] == stats.UNDERTRAINED_RISE_DB and block["tail_fraction"]["default"] == stats.TAIL_FRACTION
+
+
 def test_training_choices_are_accepted_by_the_trainer_and_nothing_else():
     for weights in _enum("properties", "train", "properties", "eval_weights"):
         TrainConfig(eval_weights=weights)
@@ -179,6 +189,7 @@ TIED = {
     ("properties", "evaluate", "properties", "blend"),
     ("properties", "evaluate", "properties", "routing"),
     (*DATASET, "plane_rule"),
+    ("properties", "evaluate", "properties", "checkpoint"),
     ("properties", "experiments", "properties", "nonblind", "properties", "deconvolution", "items"),
 }
 

@@ -113,7 +113,7 @@ def test_sigma_map_experiment_on_another_datasets_sharp_images(smoke_run):
     section = page.split('id="synthetic_bbbc006"')[1].split("</section>")[0]
     assert "25.81" in section and "1.77" in section  # the paper's numbers shown beside the measured ones
     row = re.search(r"<tr><td>DGNO-Cell</td>(.*?)</tr>", section, re.S)
-    assert row and len(re.findall(r'<span class="m">[-0-9.]+</span>', row.group(1))) == 4  # psnr, gain, edge, edge gain
+    assert row and len(re.findall(r'<span class="m">[-+0-9.]+</span>', row.group(1))) == 4  # psnr, gain, edge, edge gain
     protocol = page.split('id="protocol"')[1].split("</section>")[0]
     assert "raster token order" in protocol  # the authors' network conventions are listed
 
@@ -150,7 +150,7 @@ def test_robustness_table_scores_the_trained_models_on_out_of_range_photometry(s
     assert set(zip(frame.dataset, frame.method)) == {(d, m) for d in ("nuclei", "nuclei_ood") for m in ("gg", "dgno-cell", "input")}
     section = (smoke_run / "report" / "index.html").read_text().split('id="robustness"')[1].split("</section>")[0]
     row = re.search(r"<tr><td>DGNO-Cell</td>(.*?)</tr>", section, re.S)
-    assert row and len(re.findall(r'<span class="m">[-0-9.]+</span>', row.group(1))) == 4  # psnr and gain, in and out of range
+    assert row and len(re.findall(r'<span class="m">[-+0-9.]+</span>', row.group(1))) == 4  # psnr and gain (signed), in and out of range
 
 
 def test_restored_images_only_where_read_and_losslessly_compressed(smoke_run):
@@ -166,3 +166,38 @@ def test_restored_images_only_where_read_and_losslessly_compressed(smoke_run):
     with tifffile.TiffFile(images[0]) as tif:
         page = tif.pages[0]
         assert page.compression == tifffile.COMPRESSION.ADOBE_DEFLATE and page.dtype == "float32"
+
+
+def test_seed_replicates_are_trained_evaluated_and_aggregated(smoke_run):
+    """experiments.synthetic.seeds: 2 in the smoke config: replicate 1 of each method trains with seed + 1 in
+    seed=1/, is evaluated like any method, and the table, edge band, figure and claims use both seeds."""
+    import torch
+
+    results = smoke_run / "results"
+    for method in ("gg", "dgno-cell"):
+        blob = torch.load(results / f"train/shapes_narrow/{method}/seed=1/model.pt", weights_only=True)
+        assert blob["train_config"]["seed"] == 1  # replicate 0 trained with the config's seed, 0
+        assert (results / f"eval/shapes_narrow/{method}/seed=1/sigma/per_image.csv").exists()
+    assert not (results / "train/nuclei/gg/seed=1").exists()  # the operators of the smoke config have one seed
+    stats = pd.read_csv(results / "tables" / "synthetic_stats.csv")
+    gg = stats[(stats["method"] == "gg") & stats["versus"].isna() & (stats["metric"] == "psnr")].iloc[0]
+    assert gg["n_seeds"] == 2 and gg["seed_sd"] > 0
+    gain = stats[(stats["method"] == "dgno-cell") & (stats["versus"] == "gg") & (stats["metric"] == "psnr")].iloc[0]
+    assert gain["n_images"] == 6 and gain["interval_method"] == "percentile, images × seeds" and gain["low"] < gain["estimate"] < gain["high"]
+    assert set(pd.read_csv(results / "tables" / "edge_band_shapes_narrow_per_image.csv")["replicate"]) == {0, 1}
+    section = (smoke_run / "report" / "index.html").read_text().split('id="synthetic"')[1].split("</section>")[0]
+    assert '<span class="sd"> ± ' in section and "Δ PSNR vs SRNO (GG)" in section and "6 images × 2 seeds" in section
+
+
+def test_claims_section_and_table_are_generated(smoke_run):
+    claims = pd.read_csv(smoke_run / "results" / "tables" / "claims.csv")
+    assert len(claims) >= 40 and set(claims["scale"]) <= {"smoke", "paper scale (recorded benchmark)"}
+    assert set(claims["verdict"]) <= {"supported", "contradicted", "not resolved", "not run"}
+    not_run = claims[claims["verdict"] == "not run"]
+    assert not_run["command"].notna().all() and not_run["command"].str.startswith("snakemake").all()
+    measured = claims[claims["id"] == "shapes_narrow_cell_vs_gg"].iloc[0]
+    assert measured["verdict"] != "not run" and measured["n_seeds"] == 2
+    page = (smoke_run / "report" / "index.html").read_text()
+    section = page.split('id="claims"')[1].split("</section>")[0]
+    assert "Measured at scale: smoke" in section and "shapes_narrow_cell_vs_gg" in section
+    assert page.index('id="claims"') < page.index('id="operators"')  # the claims come first

@@ -206,3 +206,42 @@ def test_building_the_dag_imports_no_torch(name, tmp_path):
     assert proc.returncode == 0, out[-3000:]
     assert "LOADED []" in out, out[-3000:]
     assert re.search(r"^train\s+\d+$", out, re.M) and re.search(r"^evaluate\s+\d+$", out, re.M), out[-3000:]  # the DAG was built
+
+
+# --- seed replicates ---------------------------------------------------------------------------
+
+
+def test_seed_replicates_are_paths_of_their_own_and_tables_read_their_experiments_seeds(cfg):
+    from dgno.workflow import replicates
+
+    demo = cfg["demo"]
+    assert demo["experiments"]["operators"]["seeds"] == 2 and demo["experiments"]["main"]["seeds"] == 1
+    operators = plan.experiment_summaries(demo, "operators")
+    assert "results/eval/nuclei/gg/z02/summary.json" in operators and "results/eval/nuclei/gg/seed=1/z02/summary.json" in operators
+    assert not [f for f in operators if "input/seed=" in f]  # the blurred input has no replicates: one evaluation serves every seed
+    assert not [f for f in plan.experiment_summaries(demo, "main") if "seed=" in f]  # Table 1 reads replicate 0 only
+    assert plan.trained_model(demo, "nuclei", "gg", replicate=1) == "results/train/nuclei/gg/seed=1/model.pt"
+    assert replicates.training_seed(demo, 0) == demo["seed"] and replicates.training_seed(demo, 1) == demo["seed"] + 1
+    assert plan.edge_band_replicates(demo, "nuclei")["gg"] == [0, 1] and plan.edge_band_replicates(demo, "nuclei")["nafnet"] == [0]
+    assert "results/train/shapes_wide/dgno-cell/seed=1/train_metrics.csv" in plan.training_curves(demo, "shapes_wide")
+    with pytest.raises(ValueError, match="authors' weights"):
+        plan.trained_model(cfg["paper"], "bbbc006_w1", "dgno-cell-authors", replicate=1)
+
+
+def test_one_replicate_is_a_target_that_trains_only_itself(tmp_path):
+    """snakemake -n on one replicate's evaluation: its own training (seed + 1, in seed=1/) and evaluation,
+    and not replicate 0's training."""
+    from dgno.workflow.estimate import parse_dry_run
+
+    target = "results/eval/shapes_narrow/gg/seed=1/sigma/summary.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", target, "-n", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
+         "--configfile", str(CONFIGS["smoke"])],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    jobs = parse_dry_run(proc.stdout + proc.stderr)
+    trains = [(j.rule, j.wildcards) for j in jobs if j.rule.startswith("train")]
+    assert trains == [("train_replicate", {"dataset": "shapes_narrow", "method": "gg", "replicate": "1"})]
+    assert [j.rule for j in jobs if j.rule.startswith("evaluate")] == ["evaluate_replicate"]
+    assert "results/train/shapes_narrow/gg/seed=1/model.pt" in proc.stdout

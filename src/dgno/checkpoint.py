@@ -52,9 +52,8 @@ def weights_digest(state_dict: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def load_trained(path: str | Path, device: torch.device | str = "cpu") -> tuple[torch.nn.Module, dict[str, Any]]:
-    """Rebuild a network from a ``model.pt`` written by training or :func:`import_official` (no flags needed)."""
-    path = Path(path)
+def _read_blob(path: Path, device: torch.device | str) -> dict[str, Any]:
+    """The dict stored in a model or checkpoint file, read as data only."""
     if not path.exists():
         raise InputError(f"{path}: checkpoint does not exist. Fix: train the model first (snakemake ... model.pt)")
     try:
@@ -65,15 +64,57 @@ def load_trained(path: str | Path, device: torch.device | str = "cpu") -> tuple[
             f"{path}: not a readable checkpoint, or one holding objects other than tensors and plain data "
             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). Fix: retrain or re-copy it; never load model files from untrusted sources"
         ) from exc
-    if not isinstance(blob, dict) or "spec" not in blob or "state_dict" not in blob:
-        raise InputError(f"{path}: not a dgno model file (no model spec inside). Fix: use the model.pt written by 'dgno train'")
-    spec = blob["spec"]
+    return blob if isinstance(blob, dict) else {}
+
+
+def _build(path: Path, spec: dict[str, Any], state_dict: dict[str, torch.Tensor], device: torch.device | str) -> torch.nn.Module:
     try:
         model = build_model(spec["name"], scale=spec["scale"], **_rebuild_kwargs(spec))
-        model.load_state_dict(blob["state_dict"])
+        model.load_state_dict(state_dict)
     except (ValueError, RuntimeError, KeyError) as exc:
         raise InputError(f"{path}: its model spec does not match this version of dgno ({exc}). Fix: retrain with this version") from exc
-    return model.to(device).eval(), blob
+    return model.to(device).eval()
+
+
+def load_trained(path: str | Path, device: torch.device | str = "cpu") -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Rebuild a network from a ``model.pt`` written by training or :func:`import_official` (no flags needed)."""
+    path = Path(path)
+    return _from_model_file(path, _read_blob(path, device), device)
+
+
+def _from_model_file(path: Path, blob: dict[str, Any], device: torch.device | str) -> tuple[torch.nn.Module, dict[str, Any]]:
+    if "spec" not in blob or "state_dict" not in blob:
+        hint = " (a training's resume checkpoint: dgno evaluate scores it)" if "iteration" in blob else ""
+        raise InputError(f"{path}: not a dgno model file (no model spec inside){hint}. Fix: use the model.pt written by 'dgno train'")
+    return _build(path, blob["spec"], blob["state_dict"], device), blob
+
+
+def load_evaluated(path: str | Path, device: torch.device | str = "cpu") -> tuple[torch.nn.Module, dict[str, Any]]:
+    """A network to score, from a ``model.pt`` or from a training's ``checkpoint.pt`` at its iteration.
+
+    Why a checkpoint: a training that is still running, or was interrupted, leaves only checkpoint.pt;
+    scoring it at its iteration is how test PSNR is followed against iterations before the end. The
+    weights are those model.pt would hold (``train_config.eval_weights``: the EMA, or the raw weights).
+    Returns (model, description): the file's dict for a model.pt; for a checkpoint its spec, ``weights``,
+    ``iteration`` (done so far), ``iterations`` (planned) and ``in_progress`` (iteration < iterations).
+    """
+    path = Path(path)
+    blob = _read_blob(path, device)
+    if "state_dict" in blob or not {"spec", "model", "ema", "iteration"} <= set(blob):
+        return _from_model_file(path, blob, device)
+    recipe = blob.get("train_config", {})
+    weights = recipe.get("eval_weights", "ema")
+    model = _build(path, blob["spec"], blob["ema" if weights == "ema" else "model"], device)
+    iteration, planned = int(blob["iteration"]), recipe.get("iterations")
+    described = {
+        "spec": blob["spec"],
+        "weights": weights,
+        "iteration": iteration,
+        "iterations": planned,
+        "in_progress": planned is None or iteration < int(planned),
+        "train_config": recipe,
+    }
+    return model, described
 
 
 def _rebuild_kwargs(spec: dict[str, Any]) -> dict[str, Any]:

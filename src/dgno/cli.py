@@ -9,6 +9,7 @@ run networks are in :mod:`dgno.commands`, imported only when one of them runs, s
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from dgno.data.check import data_check
@@ -27,6 +28,14 @@ def _run_command(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     build_report(load_config(args.config), args.results, args.out)
     print(args.out)
+    return 0
+
+
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    from dgno.workflow import estimate  # runs a Snakemake dry run: only for this command
+
+    est = estimate.estimate(args.configfile, args.targets)
+    print(json.dumps(estimate.as_json(est), indent=2) if args.json else estimate.render(est))
     return 0
 
 
@@ -49,7 +58,11 @@ def _add_model_commands(sub) -> None:
     p.set_defaults(func=_run_command)
 
     p = sub.add_parser("evaluate", help="score a trained model on one blur level of a dataset's test split")
-    p.add_argument("--checkpoint", required=True)
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="model.pt, or a training's checkpoint.pt (a run in progress or interrupted: scored at its iteration, recorded in summary.json and progress.csv)",
+    )
     p.add_argument("--data", required=True)
     p.add_argument("--level", required=True)
     p.add_argument("--out", required=True)
@@ -145,6 +158,12 @@ def _add_utility_commands(sub) -> None:
     )
     p.add_argument("--out", help="JSON file for the results (e.g. results/bench/forward_cpu.json)")
     p.set_defaults(func=_run_command)
+
+    p = sub.add_parser("estimate", help="GPU-hours of a configuration and target before anything runs, from the recorded GPU step times")
+    p.add_argument("targets", nargs="*", help="Snakemake targets (rules or files; default: the report)")
+    p.add_argument("--configfile", default="config.yaml", help="the configuration to price, e.g. config/claims.yaml or config/paper.yaml")
+    p.add_argument("--json", action="store_true", help="every job with its GPU-hours and the rates' provenance, as JSON")
+    p.set_defaults(func=_cmd_estimate)
 
     p = sub.add_parser("report", help="render the HTML report from a results tree")
     p.add_argument("--config", default="config.yaml")

@@ -58,7 +58,8 @@ def evaluate(args: argparse.Namespace) -> int:
         args.checkpoint, args.data, args.level, args.out, tile=args.tile, overlap=args.overlap, with_lpips=not args.no_lpips,
         tile_batch=args.tile_batch, cuda_graphs=args.cuda_graphs, overlap_io=args.overlap_io,
     )  # fmt: skip
-    print(json.dumps({k: summary[k] for k in ("method", "level", "n_images", "psnr", "ssim", "lpips", "lpips_source")}, indent=2))
+    keys = ("method", "level", "n_images", "psnr", "ssim", "lpips", "lpips_source", "iteration", "iterations", "in_progress")
+    print(json.dumps({k: summary.get(k) for k in keys}, indent=2))
     return 0
 
 

@@ -227,3 +227,23 @@ def write_csv(path: str | Path, frame: Any) -> None:
     """Write a pandas DataFrame as CSV atomically."""
     with atomic_path(path) as tmp:
         frame.to_csv(tmp, index=False)
+
+
+# --- where a seed replicate's results live (docs/CONVENTIONS.md) ------------------------------------
+# Replicate 0 of a training keeps the method's own folder; replicate r >= 1 (experiments.<name>.seeds)
+# lives in `<method>/seed=<r>/` below it, for the training and for each evaluation alike.
+
+
+def replicate_dir(method: str, replicate: int) -> str:
+    """The folder of one replicate below a dataset: ``<method>`` for 0, ``<method>/seed=<r>`` otherwise."""
+    if int(replicate) < 0:
+        raise ValueError(f"replicate={replicate!r}; allowed: an integer >= 0")
+    return method if int(replicate) == 0 else f"{method}/seed={int(replicate)}"
+
+
+def replicate_of(path: str | Path) -> int:
+    """The replicate a results path belongs to: r of a ``seed=<r>`` folder in it, else 0."""
+    for part in Path(path).parts:
+        if part.startswith("seed=") and part[5:].isdigit():
+            return int(part[5:])
+    return 0

@@ -6,8 +6,10 @@ import functools
 from glob import glob
 from pathlib import Path
 
+from dgno.report import comparisons
 from dgno.workflow import plan
 from dgno.workflow import reproduction
+from dgno.workflow import replicates
 from dgno.workflow import resources as dgno_resources
 from dgno.workflow import settings
 from dgno.workflow.config import load_schema, validate_config
@@ -93,6 +95,19 @@ method_settings = functools.partial(settings.method_settings, config)
 train_settings = functools.partial(settings.train_settings, config)
 photometry_of = functools.partial(settings.photometry_of, config)
 deconv_settings = functools.partial(settings.deconv_settings, config)
+training_seed = functools.partial(replicates.training_seed, config)
+edge_band_reads = functools.partial(plan.edge_band_reads, config)
+edge_band_summaries = functools.partial(plan.edge_band_summaries, config)
+training_curves = functools.partial(plan.training_curves, config)
+edge_band_replicates = functools.partial(plan.edge_band_replicates, config)
+edge_band_versus = functools.partial(plan.edge_band_versus, config)
+resampling = settings.resampling(config)
+per_image_files = plan.per_image_files
+
+
+def table_spec(table):
+    """What one results table compares (dgno.report.comparisons.table_spec), key-sorted for params."""
+    return canonical(comparisons.table_spec(config, table))
 
 
 # --- input functions and params of wildcards ----------------------------------------------------
@@ -116,7 +131,21 @@ def paired_url(wildcards):
 
 
 def trained_model(wildcards):
-    return plan.trained_model(config, wildcards.dataset, wildcards.method, training_of)
+    """model.pt (or, with evaluate.checkpoint: in_progress, the training's checkpoint.pt as it is now)."""
+    return plan.evaluated_checkpoint(
+        config, wildcards.dataset, wildcards.method, training_of
+    )
+
+
+def replicate_model(wildcards):
+    """The same for seed replicate ``wildcards.replicate`` (dgno.workflow.replicates)."""
+    return plan.evaluated_checkpoint(
+        config,
+        wildcards.dataset,
+        wildcards.method,
+        training_of,
+        int(wildcards.replicate),
+    )
 
 
 def official_checkpoint(wildcards):

@@ -54,11 +54,13 @@ rule stardist_ap:
     input:
         unpack(stardist_inputs),
     output:
-        report(
+        table=report(
             "results/tables/stardist_{dataset}.csv",
             caption="../report/stardist.rst",
             category="StarDist downstream",
         ),
+        per_image="results/tables/stardist_{dataset}_per_image.csv",
+        stats="results/tables/stardist_{dataset}_stats.csv",
     log:
         "results/logs/stardist/{dataset}_ap.log",
     benchmark:
@@ -71,5 +73,6 @@ rule stardist_ap:
         runtime=runtime_for("stardist_ap"),
     params:
         spec=canonical(config["experiments"].get("stardist", {})),
+        resampling=resampling,
     script:
         "../scripts/stardist_ap.py"

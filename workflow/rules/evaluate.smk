@@ -50,3 +50,28 @@ rule evaluate_input:
         keep_restored=keep_restored,
     script:
         "../scripts/evaluate.py"
+
+
+# A seed replicate's evaluation: scored like any method, from its own training.
+use rule evaluate as evaluate_replicate with:
+    input:
+        unpack(eval_data_inputs),
+        model=replicate_model,
+    output:
+        summary="results/eval/{dataset}/{method}/seed={replicate}/{level}/summary.json",
+        per_image="results/eval/{dataset}/{method}/seed={replicate}/{level}/per_image.csv",
+        restored=directory(
+            "results/eval/{dataset}/{method}/seed={replicate}/{level}/restored"
+        ),
+    log:
+        "results/logs/evaluate/{dataset}/{method}/seed={replicate}/{level}.log",
+    benchmark:
+        "results/benchmarks/evaluate/{dataset}/{method}/seed={replicate}/{level}.tsv"
+    threads: threads_for("evaluate_replicate")
+    resources:
+        mem_mb=mem_mb_for("evaluate_replicate"),
+        runtime=runtime_for("evaluate_replicate"),
+        gpu=gpu_for("evaluate_replicate"),
+    params:
+        keep_restored=lambda wc: edge_band_reads(wc.dataset, wc.method, wc.level),
+        replicate=lambda wc: int(wc.replicate),

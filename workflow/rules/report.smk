@@ -3,13 +3,19 @@
 
 rule table_operators:
     input:
-        experiment_summaries("operators") if "operators" in EXPERIMENTS else [],
+        summaries=(
+            experiment_summaries("operators") if "operators" in EXPERIMENTS else []
+        ),
+        per_image=per_image_files(
+            experiment_summaries("operators") if "operators" in EXPERIMENTS else []
+        ),
     output:
-        report(
+        table=report(
             "results/tables/operators.csv",
             caption="../report/operators.rst",
             category="GG vs LG vs DGNO",
         ),
+        stats="results/tables/operators_stats.csv",
     log:
         "results/logs/tables/operators.log",
     conda:
@@ -18,19 +24,28 @@ rule table_operators:
     resources:
         mem_mb=mem_mb_for("table_operators"),
         runtime=runtime_for("table_operators"),
+    params:
+        spec=table_spec("operators") if "operators" in EXPERIMENTS else {},
+        resampling=resampling,
     script:
         "../scripts/table.py"
 
 
 rule table_synthetic:
     input:
-        experiment_summaries("synthetic") if "synthetic" in EXPERIMENTS else [],
+        summaries=(
+            experiment_summaries("synthetic") if "synthetic" in EXPERIMENTS else []
+        ),
+        per_image=per_image_files(
+            experiment_summaries("synthetic") if "synthetic" in EXPERIMENTS else []
+        ),
     output:
-        report(
+        table=report(
             "results/tables/synthetic.csv",
             caption="../report/synthetic.rst",
             category="Controlled synthetic experiment",
         ),
+        stats="results/tables/synthetic_stats.csv",
     log:
         "results/logs/tables/synthetic.log",
     conda:
@@ -39,19 +54,26 @@ rule table_synthetic:
     resources:
         mem_mb=mem_mb_for("table_synthetic"),
         runtime=runtime_for("table_synthetic"),
+    params:
+        spec=table_spec("synthetic") if "synthetic" in EXPERIMENTS else {},
+        resampling=resampling,
     script:
         "../scripts/table.py"
 
 
 rule table_nonblind:
     input:
-        experiment_summaries("nonblind") if "nonblind" in EXPERIMENTS else [],
+        summaries=experiment_summaries("nonblind") if "nonblind" in EXPERIMENTS else [],
+        per_image=per_image_files(
+            experiment_summaries("nonblind") if "nonblind" in EXPERIMENTS else []
+        ),
     output:
-        report(
+        table=report(
             "results/tables/nonblind.csv",
             caption="../report/nonblind.rst",
             category="Non-blind comparison",
         ),
+        stats="results/tables/nonblind_stats.csv",
     log:
         "results/logs/tables/nonblind.log",
     conda:
@@ -60,19 +82,24 @@ rule table_nonblind:
     resources:
         mem_mb=mem_mb_for("table_nonblind"),
         runtime=runtime_for("table_nonblind"),
+    params:
+        spec=table_spec("nonblind") if "nonblind" in EXPERIMENTS else {},
+        resampling=resampling,
     script:
         "../scripts/table.py"
 
 
 rule table_robustness:
     input:
-        robustness_summaries(),
+        summaries=robustness_summaries(),
+        per_image=per_image_files(robustness_summaries()),
     output:
-        report(
+        table=report(
             "results/tables/robustness.csv",
             caption="../report/robustness.rst",
             category="Robustness",
         ),
+        stats="results/tables/robustness_stats.csv",
     log:
         "results/logs/tables/robustness.log",
     conda:
@@ -81,42 +108,52 @@ rule table_robustness:
     resources:
         mem_mb=mem_mb_for("table_robustness"),
         runtime=runtime_for("table_robustness"),
+    params:
+        spec=table_spec("robustness") if "robustness" in EXPERIMENTS else {},
+        resampling=resampling,
     script:
         "../scripts/table.py"
 
 
 rule table_experiment:
     input:
-        lambda wc: experiment_summaries(wc.experiment),
+        summaries=lambda wc: experiment_summaries(wc.experiment),
+        per_image=lambda wc: per_image_files(experiment_summaries(wc.experiment)),
     output:
-        report(
+        table=report(
             "results/tables/{experiment}.csv",
             caption="../report/experiment.rst",
             category="Main results",
         ),
+        stats="results/tables/{experiment}_stats.csv",
     log:
         "results/logs/tables/{experiment}.log",
     wildcard_constraints:
-        experiment="main|lifting|defocus",
+        experiment="main|lifting|defocus|synthetic_bbbc006|dpdd|realdof",
     conda:
         "../../envs/report.yaml"
     threads: threads_for("table_experiment")
     resources:
         mem_mb=mem_mb_for("table_experiment"),
         runtime=runtime_for("table_experiment"),
+    params:
+        spec=lambda wc: table_spec(wc.experiment),
+        resampling=resampling,
     script:
         "../scripts/table.py"
 
 
 rule table_ablation:
     input:
-        ablation_summaries,
+        summaries=ablation_summaries,
+        per_image=lambda wc: per_image_files(ablation_summaries(wc)),
     output:
-        report(
+        table=report(
             "results/tables/ablation_{ablation}.csv",
             caption="../report/ablation.rst",
             category="Ablations",
         ),
+        stats="results/tables/ablation_{ablation}_stats.csv",
     log:
         "results/logs/tables/ablation_{ablation}.log",
     conda:
@@ -125,19 +162,20 @@ rule table_ablation:
     resources:
         mem_mb=mem_mb_for("table_ablation"),
         runtime=runtime_for("table_ablation"),
+    params:
+        spec=lambda wc: table_spec(f"ablation_{wc.ablation}"),
+        resampling=resampling,
     script:
         "../scripts/table.py"
 
 
 rule edge_band:
     input:
-        summaries=lambda wc: summaries(
-            wc.dataset,
-            experiment_methods(wc.dataset),
-            table_levels(wc.dataset),
-        ),
+        summaries=lambda wc: edge_band_summaries(wc.dataset),
     output:
         table="results/tables/edge_band_{dataset}.csv",
+        per_image="results/tables/edge_band_{dataset}_per_image.csv",
+        stats="results/tables/edge_band_{dataset}_stats.csv",
         figure=report(
             "results/figures/edge_band_{dataset}.png",
             caption="../report/edge_band.rst",
@@ -156,6 +194,9 @@ rule edge_band:
         labels=lambda wc: method_labels(experiment_methods(wc.dataset)),
         levels=lambda wc: table_levels(wc.dataset),
         band_width_px=config["evaluate"]["edge_band_px"],
+        replicates=lambda wc: edge_band_replicates(wc.dataset),
+        versus=lambda wc: edge_band_versus(wc.dataset),
+        resampling=resampling,
     script:
         "../scripts/edge_band.py"
 
@@ -237,11 +278,7 @@ rule figure_error_difference:
 
 rule figure_training_curves:
     input:
-        lambda wc: [
-            f"results/train/{wc.dataset}/{m}/train_metrics.csv"
-            for m in experiment_methods(wc.dataset)
-            if "official" not in config["methods"][m]
-        ],
+        lambda wc: training_curves(wc.dataset),
     output:
         report(
             "results/figures/training_curves_{dataset}.png",
@@ -258,6 +295,7 @@ rule figure_training_curves:
         runtime=runtime_for("figure_training_curves"),
     params:
         labels=lambda wc: method_labels(experiment_methods(wc.dataset)),
+        stats=canonical(config["stats"]),
     script:
         "../scripts/figure_training_curves.py"
 
@@ -348,9 +386,28 @@ rule model_summary:
         "../scripts/model_summary.py"
 
 
+rule claims:
+    input:
+        report_inputs() + (["results/tables/runtime_memory.csv"] if BENCH_FILES else []),
+    output:
+        "results/tables/claims.csv",
+    log:
+        "results/logs/tables/claims.log",
+    conda:
+        "../../envs/report.yaml"
+    threads: threads_for("claims")
+    resources:
+        mem_mb=mem_mb_for("claims"),
+        runtime=runtime_for("claims"),
+    params:
+        stats=canonical(config["stats"]),
+    script:
+        "../scripts/claims.py"
+
+
 rule report:
     input:
-        report_inputs() + analysis_report_inputs(),
+        report_inputs() + analysis_report_inputs() + ["results/tables/claims.csv"],
     output:
         "report/index.html",
     log:

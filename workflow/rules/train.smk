@@ -27,3 +27,22 @@ rule train:
         device=config["device"],
     script:
         "../scripts/train.py"
+
+
+# Seed replicate r >= 1 of a training (experiments.<name>.seeds): the same recipe with seed + r, in its
+# own folder, so replicate 0 keeps the paths (and results) of a run without seeds.
+use rule train as train_replicate with:
+    output:
+        model="results/train/{dataset}/{method}/seed={replicate}/model.pt",
+        metrics="results/train/{dataset}/{method}/seed={replicate}/train_metrics.csv",
+    log:
+        "results/logs/train/{dataset}/{method}/seed={replicate}.log",
+    benchmark:
+        "results/benchmarks/train/{dataset}/{method}/seed={replicate}.tsv"
+    threads: threads_for("train_replicate")
+    resources:
+        mem_mb=mem_mb_for("train_replicate"),
+        runtime=runtime_for("train_replicate"),
+        gpu=gpu_for("train_replicate"),
+    params:
+        seed=lambda wc: training_seed(int(wc.replicate)),

@@ -20,10 +20,12 @@ common = dict(method=sm.wildcards.get("method", "input"), with_lpips=ev["lpips"]
 # Speed-only settings (tiles per pass, CUDA graphs, overlapped reading/writing) are not params: changing
 # one gives the same scores and files, so it must not re-evaluate (the schema fills in their defaults).
 speed = {k: sm.config["evaluate"][k] for k in ("tile_batch", "cuda_graphs", "overlap_io")}
+# Seed replicate r >= 1 (rule evaluate_replicate): written into summary.json, so tables can tell the seeds apart.
+replicate = {"replicate": sm.params.replicate} if "replicate" in sm.params.keys() else {}
 if "model" in sm.input.keys():
     routing = dict(routing=ev.get("routing", "argmax"), routing_seed=ev.get("routing_seed", 0), repeat=ev.get("repeat", 0))
     evaluate_checkpoint(
-        sm.input.model, data_dir, sm.wildcards.level, out_dir, tile=ev["tile"], overlap=ev["overlap"], blend=ev["blend"], device=sm.params.device, **speed, **routing, **common
+        sm.input.model, data_dir, sm.wildcards.level, out_dir, tile=ev["tile"], overlap=ev["overlap"], blend=ev["blend"], device=sm.params.device, extra=replicate, **speed, **routing, **common
     )
 else:
     score_dataset(identity_restorer, data_dir, sm.wildcards.level, out_dir, **common)

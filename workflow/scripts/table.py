@@ -1,4 +1,6 @@
-"""Rules `table_*`: evaluation summaries → one long-form CSV (dataset, method, level, metrics)."""
+"""Rules `table_*`: one results table from its evaluations: the long-form CSV of their summaries (dataset,
+method, level, replicate, metrics) and ``<table>_stats.csv``, the per-image statistics the report shows
+(mean ± sd over seeds, each stated difference with its bootstrap interval, the highlight)."""
 
 import sys
 from pathlib import Path
@@ -10,6 +12,9 @@ _log.redirect(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
 
 from dgno.io import write_csv  # noqa: E402
+from dgno.report.comparisons import Resampling, read_scores, table_stats  # noqa: E402
 from dgno.report.tables import collect_summaries  # noqa: E402
 
-write_csv(sm.output[0], collect_summaries(sm.input))
+summaries = list(sm.input.summaries)
+write_csv(sm.output.table, collect_summaries(summaries))
+write_csv(sm.output.stats, table_stats(read_scores(summaries), sm.params.spec, Resampling(**sm.params.resampling)))

@@ -374,20 +374,41 @@ def predict_labels(model: Any, image: np.ndarray) -> np.ndarray:
 
 
 def evaluate_stardist(model: Any, images: dict[str, Sequence[np.ndarray]], gt_masks: Sequence[np.ndarray]):
-    """One row per condition: condition, ap50, ap70, ap90, map, n_images (a pandas DataFrame).
+    """One row per condition (condition, ap50, ap70, ap90, map, n_images) of images {condition: images in gt_masks' order}."""
+    return ap_table(predict_conditions(model, images, gt_masks), gt_masks)
 
-    images: {condition (e.g. "blurred", a method name, "sharp") → images in the order of gt_masks}.
-    """
-    import pandas as pd
 
+def predict_conditions(model: Any, images: dict[str, Sequence[np.ndarray]], gt_masks: Sequence[np.ndarray]) -> dict[str, list[np.ndarray]]:
+    """StarDist labels of every image of every condition (checked to match the masks in number)."""
     _import_stardist()
-    rows = []
+    preds = {}
     for condition, imgs in images.items():
         if len(imgs) != len(gt_masks):
             raise ValueError(f"condition {condition!r}: {len(imgs)} images but {len(gt_masks)} ground-truth masks")
-        preds = [predict_labels(model, img) for img in imgs]
-        rows.append({"condition": condition, **average_precision(list(gt_masks), preds, THRESHOLDS), "n_images": len(imgs)})
+        preds[condition] = [predict_labels(model, img) for img in imgs]
+    return preds
+
+
+def ap_table(preds: dict[str, list[np.ndarray]], gt_masks: Sequence[np.ndarray]):
+    """AP of each condition's predictions, counts pooled over its images (:func:`average_precision`)."""
+    import pandas as pd
+
+    rows = [{"condition": c, **average_precision(list(gt_masks), p, THRESHOLDS), "n_images": len(p)} for c, p in preds.items()]
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def count_table(preds: dict[str, list[np.ndarray]], gt_masks: Sequence[np.ndarray], ids: Sequence[str], level: str):
+    """Per-image matching counts, rows (condition, level, id, iou, tp, fp, fn): AP pools counts over images, so its
+    interval resamples images with their counts (dgno.report.comparisons.stardist_stats)."""
+    import pandas as pd
+    from stardist.matching import matching
+
+    rows = []
+    for condition, labels in preds.items():
+        for image_id, gt, pred in zip(ids, gt_masks, labels):
+            for t, m in zip(THRESHOLDS, matching(np.asarray(gt), np.asarray(pred), thresh=THRESHOLDS)):
+                rows.append({"condition": condition, "level": level, "id": image_id, "iou": t, "tp": int(m.tp), "fp": int(m.fp), "fn": int(m.fn)})
+    return pd.DataFrame(rows, columns=["condition", "level", "id", "iou", "tp", "fp", "fn"])
 
 
 def load_split_with_labels(data_dir: str | Path, split: str) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:
@@ -408,16 +429,7 @@ def train_on_dataset(
     """:func:`train_stardist` on a dataset's train split (sharp ``gt/`` + ``labels/``): the fallback model
     when the published one cannot be downloaded. The dataset is named by its directory in the description."""
     _, images, masks = load_split_with_labels(data_dir, "train")
-    return train_stardist(
-        images,
-        masks,
-        out_dir,
-        epochs=epochs,
-        steps_per_epoch=steps_per_epoch,
-        patch=patch,
-        seed=seed,
-        dataset=Path(data_dir).name,
-    )
+    return train_stardist(images, masks, out_dir, epochs=epochs, steps_per_epoch=steps_per_epoch, patch=patch, seed=seed, dataset=Path(data_dir).name)
 
 
 def _read_labels(path: Path) -> np.ndarray:
@@ -437,20 +449,36 @@ def run_downstream(
     methods: Sequence[str],
     model_dir: str | Path,
     out_csv: str | Path,
+    per_image_csv: str | Path | None = None,
 ):
     """StarDist AP on the test split: blurred (level), each method's restored images, sharp → CSV.
 
-    Reads ``labels/<id>.tif`` (GT), ``gt/<id>.tif`` (sharp), ``blur/<level>/<id>.tif`` and
-    ``<eval_root>/<method>/<level>/restored/<id>.tif``. model_dir: a model directory or "pretrained".
-    The CSV adds ``level`` and ``model`` (where the StarDist model came from) to every row, and a
-    sibling ``<out_csv stem>.json`` holds the same provenance. Returns the DataFrame.
+    Reads ``labels/<id>.tif`` (GT), ``gt/<id>.tif``, ``blur/<level>/<id>.tif`` and ``<eval_root>/<method>/<level>/restored/<id>.tif``.
+    model_dir: a model directory or "pretrained". The CSV adds ``level`` and ``model`` (where the StarDist model came from);
+    a sibling ``<out_csv stem>.json`` holds that provenance, ``per_image_csv`` the per-image counts (:func:`count_table`).
     """
     data_dir, eval_root = Path(data_dir), Path(eval_root)
     ids, sharp, masks = load_split_with_labels(data_dir, "test")
+    conditions = _conditions(data_dir, eval_root, level, methods, ids, sharp, masks)
+    model, description = load_stardist_model(model_dir)
+    preds = predict_conditions(model, conditions, masks)
+    frame = ap_table(preds, masks)
+    frame.insert(1, "level", level)
+    frame["model"] = description
+    write_csv(out_csv, frame)
+    if per_image_csv:
+        write_csv(per_image_csv, count_table(preds, masks, ids, level))
+    write_json(
+        Path(out_csv).with_suffix(".json"),
+        {"model": description, "model_dir": str(model_dir), "level": level, "dataset": str(data_dir), "test_ids": ids},
+    )
+    return frame
+
+
+def _conditions(data_dir: Path, eval_root: Path, level: str, methods: Sequence[str], ids, sharp, masks) -> dict[str, list[np.ndarray]]:
+    """{blurred, each method, sharp: test images in split order}, each checked against its label mask's shape."""
     norm = dataset_normalisation(data_dir)
-    conditions: dict[str, list[np.ndarray]] = {
-        "blurred": [read_image(data_dir / "blur" / level / f"{i}.tif", normalise=norm) for i in ids]
-    }
+    conditions = {"blurred": [read_image(data_dir / "blur" / level / f"{i}.tif", normalise=norm) for i in ids]}
     for method in methods:
         if method in ("blurred", "sharp"):
             raise ValueError(f"method name {method!r} clashes with a reference condition ('blurred', 'sharp'); rename it")
@@ -460,19 +488,8 @@ def run_downstream(
     for name, imgs in conditions.items():
         for i, img, mask in zip(ids, imgs, masks):
             if img.shape[:2] != mask.shape:
-                raise InputError(
-                    f"{name} image {i}: shape {img.shape} differs from its label mask {mask.shape}. Fix: regenerate it"
-                )
-    model, description = load_stardist_model(model_dir)
-    frame = evaluate_stardist(model, conditions, masks)
-    frame.insert(1, "level", level)
-    frame["model"] = description
-    write_csv(out_csv, frame)
-    write_json(
-        Path(out_csv).with_suffix(".json"),
-        {"model": description, "model_dir": str(model_dir), "level": level, "dataset": str(data_dir), "test_ids": ids},
-    )
-    return frame
+                raise InputError(f"{name} image {i}: shape {img.shape} differs from its label mask {mask.shape}. Fix: regenerate it")
+    return conditions
 
 
 def unmeasurable(data_dir: str | Path) -> str | None:

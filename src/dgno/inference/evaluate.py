@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from dgno import metrics, provenance
-from dgno.checkpoint import load_trained, pick_device
+from dgno.checkpoint import load_evaluated, pick_device
 from dgno.data.paired import from_tensor_image, level_test_ids, load_pairs, to_tensor_image
 from dgno.inference.cuda_graphs import forward_fn
 from dgno.inference.gumbel import routing_hook
@@ -205,25 +205,48 @@ def evaluate_checkpoint(
     routing: str = "argmax",
     routing_seed: int = 0,
     repeat: int = 0,
+    extra: dict | None = None,
     **kwargs,
 ) -> dict:
-    """Score a trained ``model.pt`` on one blur level of a dataset's test split.
+    """Score a trained ``model.pt``, or a training's ``checkpoint.pt`` at its iteration, on one blur level
+    of a dataset's test split.
 
     ``tile_batch``: tiles per forward pass; None = 8 on a GPU, 1 on a CPU (where batching does
     not pay and one tile at a time keeps memory low). ``cuda_graphs``: replay the forward pass
     (one graph per tile shape, ``dgno.inference.cuda_graphs``); other keywords go to :func:`score_dataset`
     (e.g. ``overlap_io``). ``routing`` "gumbel": the authors' stochastic token routing, seeded per image
     from (``routing_seed``, ``repeat``, id) (dgno.inference.gumbel); CUDA graphs refuse it.
+    The summary records the training iteration the weights come from; a checkpoint of an unfinished
+    run also adds a row to ``progress.csv`` beside the summary (:func:`record_progress`), so repeated
+    scoring draws test PSNR against iterations.
     """
     dev = pick_device(device)
-    model, blob = load_trained(checkpoint, dev)
+    model, blob = load_evaluated(checkpoint, dev)
     before_image, routed = routing_hook(model, routing, seed=routing_seed, repeat=repeat)
     graphs, tiles = cuda_graphs and dev.type == "cuda", default_tile_batch(dev, tile_batch)
     restore = model_restorer(model, dev, tile=tile, overlap=overlap, blend=blend, tile_batch=tiles, cuda_graphs=graphs)
-    extra = {"checkpoint": str(checkpoint), "model_spec": blob["spec"], "weights": blob.get("weights", "ema"), "tile": tile, "overlap": overlap, "blend": blend, **routed}
+    trained = {"iteration": blob.get("iteration", blob.get("iterations")), "iterations": blob.get("iterations"), "in_progress": bool(blob.get("in_progress", False))}
+    extra = {"checkpoint": str(checkpoint), "model_spec": blob["spec"], "weights": blob.get("weights", "ema"), "tile": tile, "overlap": overlap, "blend": blend, **routed, **trained, **(extra or {})}
     extra.update(tile_batch=tiles, cuda_graphs=graphs)
     kwargs.setdefault("device", dev)
     min_size = int(model.hparams.get("operator_kwargs", {}).get("element_size", 1))  # one DG element must fit
-    return score_dataset(
+    summary = score_dataset(
         restore, data_dir, level, out_dir, method=method or blob["spec"]["name"], extra=extra, min_size=min_size, before_image=before_image, **kwargs
     )
+    if trained["in_progress"]:
+        record_progress(Path(out_dir) / "progress.csv", summary)
+    return summary
+
+PROGRESS_COLUMNS = ("iteration", "iterations", "psnr", "ssim", "lpips", "n_images", "checkpoint", "time_utc")
+
+
+def record_progress(path: Path, summary: dict) -> None:
+    """Append one scoring of an unfinished training to ``progress.csv`` (one row per iteration scored;
+    a rescoring at the same iteration replaces its row): the test curve of a run in progress."""
+    row = {k: summary.get(k) for k in PROGRESS_COLUMNS if k != "time_utc"}
+    row["time_utc"] = summary.get("provenance", {}).get("time_utc")
+    frame = pd.DataFrame([row])
+    if path.exists():
+        earlier = pd.read_csv(path)
+        frame = pd.concat([earlier[earlier["iteration"] != row["iteration"]], frame], ignore_index=True).sort_values("iteration", kind="stable")
+    write_csv(path, frame[list(PROGRESS_COLUMNS)])

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from dgno.report.render import (
     Cell,
     Table,
+    annotate,
     load_paper,
+    read_stats,
 )
-from dgno.report.results import mark_best_grid, psnr_of, table_levels
+from dgno.report.results import psnr_of, table_levels
 from dgno.report.section import Section
 
 
@@ -20,8 +24,11 @@ def _tau_key(tau) -> str:
     return "p" + f"{float(tau):g}".replace(".", "_")
 
 
-def ablation_section(name: str, config: dict, summaries: pd.DataFrame) -> Section:
-    """One ablation grid as the paper lays it out, measured beside reported, missing points 'not run'."""
+def ablation_section(name: str, config: dict, summaries: pd.DataFrame, results: Path | None = None) -> Section:
+    """One ablation grid as the paper lays it out, measured beside reported, missing points 'not run'. The
+    highlight goes to the best grid point of the whole grid only when its lead over every other point has
+    an interval excluding 0 (``results/tables/ablation_<name>_stats.csv``)."""
+    stats = read_stats(results / "tables" / f"ablation_{name}_stats.csv") if results is not None else None
     runs = config["ablation_runs"][name]
     ds = runs[0]["dataset"]
     levels = table_levels(config, ds)
@@ -42,7 +49,7 @@ def ablation_section(name: str, config: dict, summaries: pd.DataFrame) -> Sectio
 
     def cell(method: str, paper_value, metric: str = "psnr") -> Cell:
         measured, command = psnr_of(summaries, ds, method, levels, metric)
-        return Cell(measured=measured, paper=paper_value, command=command, digits=2 if metric == "psnr" else 3)
+        return annotate(Cell(measured=measured, paper=paper_value, command=command, digits=2 if metric == "psnr" else 3), stats, ds, metric, method)
 
     spec = config["ablations"][name]
     if name == "flux_boundary":
@@ -66,6 +73,5 @@ def ablation_section(name: str, config: dict, summaries: pd.DataFrame) -> Sectio
             prow = prows.get(f"we_{p}", {})
             cells = [cell(by[(("variant", v), ("element_size", p), ("T", t))], prow.get(f"t{t}")) for t in spec["T"]]
             table.rows.append((f"element {p}×{p}", cells))
-    mark_best_grid(table)
     sec.tables.append(table)
     return sec

@@ -6,8 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from dgno.io import read_json
 from dgno.report.ablations import ablation_section
+from dgno.report.claims import claims_section
+from dgno.report.comparisons import select_replicates
 from dgno.report.cost_section import BENCH_COMMAND, cost_section, runtime_section
 from dgno.report.downstream import nonblind_section, stardist_section
 from dgno.report.operators_section import lam_section, operators_section
@@ -28,19 +32,23 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
     """Read every results file of this configuration and write the standalone HTML report."""
     results = Path(results_root)
     summaries = collect_summaries(summary_files(results))
-    sections = [protocol_section(config)]
+
+    def rows_of(name: str) -> pd.DataFrame:  # the seed replicates this experiment's table reads (replicate 0 elsewhere)
+        return select_replicates(summaries, config, name)
+
+    sections = [protocol_section(config), claims_section(config, results)]
     if "main" in config["experiments"]:
-        sections.append(main_section(config, summaries, results))
+        sections.append(main_section(config, rows_of("main"), results))
     if "operators" in config["experiments"]:
-        sections.append(operators_section(config, summaries, results))
+        sections.append(operators_section(config, rows_of("operators"), results))
     if "lam" in config["experiments"]:
         sections.append(lam_section(config, results))
     if "synthetic" in config["experiments"]:
-        sections.append(synthetic_section(config, summaries, results))
+        sections.append(synthetic_section(config, rows_of("synthetic"), results))
     if "synthetic_bbbc006" in config["experiments"]:
-        sections.append(synthetic_bbbc006_section(config, summaries, results))
+        sections.append(synthetic_bbbc006_section(config, rows_of("synthetic_bbbc006"), results))
     if "nonblind" in config["experiments"]:
-        sections.append(nonblind_section(config, summaries, results))
+        sections.append(nonblind_section(config, rows_of("nonblind"), results))
     stardist_source = None
     if "stardist" in config["experiments"]:
         sections.append(stardist_section(config, results))
@@ -48,16 +56,16 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
         if model_json.exists():
             stardist_source = read_json(model_json)["source"]
     if "lifting" in config["experiments"]:
-        sections.append(lifting_section(config, summaries))
+        sections.append(lifting_section(config, rows_of("lifting"), results))
     if "defocus" in config["experiments"]:
-        sections.append(defocus_section(config, summaries, results))
+        sections.append(defocus_section(config, rows_of("defocus"), results))
     for name in ("dpdd", "realdof"):
         if name in config["experiments"]:
-            sections.append(real_defocus_section(name, config, summaries))
+            sections.append(real_defocus_section(name, config, rows_of(name), results))
     if "robustness" in config["experiments"]:
-        sections.append(robustness_section(config, summaries))
+        sections.append(robustness_section(config, rows_of("robustness"), results))
     for name in config.get("ablation_runs", {}):
-        sections.append(ablation_section(name, config, summaries))
+        sections.append(ablation_section(name, config, rows_of(""), results))
     if "reproduction" in config:
         sections.append(reproduction_section(config, results))
     sections.append(cost_section(config, results))
@@ -77,7 +85,7 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
         }
         for key, title in CATALOGUE
     ]
-    context = header_context(config, summaries, stardist_source)
+    context = header_context(config, rows_of(""), stardist_source)
     context.update(sections=sections, catalogue=catalogue, compute=benchmark_times(results / "benchmarks").to_dict("records"))
     render(context, out_html)
 

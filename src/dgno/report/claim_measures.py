@@ -8,14 +8,14 @@ experiment, dataset, method or level this configuration lacks raises :class:`Not
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from dgno import stats
+from dgno.io import replicate_dir
+from dgno.report.comparisons import Resampling, ap_counts, ap_difference, matrix_interval, pooled_ap, pooled_psnr_gain, sse_matrix
 from dgno.report.tables import HIGHER_IS_BETTER
 
 UNTRAINED = ("input", "blurred", "sharp")  # references, not networks: no seeds, no training curve
@@ -25,16 +25,17 @@ BENCH_COMMAND = "python benchmarks/bench_gpu_speed.py benchmarks/results/gpu_spe
 
 @dataclass
 class Layout:
-    """Where the results files a claim reads live, in one place (phase 2 adds the seed paths' rules).
+    """Where the results files a claim reads live, in one place.
 
-    Seed replicates: ``<method>/seed=<s>/`` below the dataset, as any other target; a run without
-    ``train.seeds`` has one unnamed seed (None) and the plain paths.
+    Seed replicates (``experiments.<name>.seeds``, dgno.workflow.replicates): replicate 0 at the plain
+    paths, replicate r >= 1 at ``<method>/seed=<r>/`` below the dataset; an experiment without seeds has
+    one unnamed seed (None) and the plain paths.
     """
 
     root: Path
 
     def _method(self, method: str, seed: int | None) -> str:
-        return method if seed is None else f"{method}/seed={seed}"
+        return replicate_dir(method, seed or 0)
 
     def per_image(self, dataset: str, method: str, level: str, seed: int | None = None) -> Path:
         return self.root / "eval" / dataset / self._method(method, seed) / level / "per_image.csv"
@@ -52,10 +53,10 @@ class Layout:
         return self.root / "tables" / "runtime_memory.csv"
 
     @staticmethod
-    def seeds(config: dict, dataset: str) -> list[int | None]:
-        """The training seeds of a dataset's models: ``train.seeds`` (a dataset's own ``train`` wins), else [None]."""
-        train = {**config.get("train", {}), **config["datasets"][dataset].get("train", {})}
-        return list(train.get("seeds") or [None])
+    def seeds(config: dict, experiment: str) -> list[int | None]:
+        """The replicates an experiment's claims read: [0, …, seeds − 1] with ``experiments.<name>.seeds`` > 1, else [None]."""
+        n = int(config.get("experiments", {}).get(experiment, {}).get("seeds", 1))
+        return list(range(n)) if n > 1 else [None]
 
 
 class NotRun(Exception):
@@ -79,6 +80,16 @@ class Options:
     seed: int = 0
     rise_db: float = stats.UNDERTRAINED_RISE_DB
     tail_fraction: float = stats.TAIL_FRACTION
+
+    @classmethod
+    def from_config(cls, config: dict) -> Options:
+        """The config's ``stats`` block (schema defaults where it has none)."""
+        s = config.get("stats", {})
+        r = Resampling.from_config(config)
+        return cls(r.confidence, r.n_resamples, r.seed, s.get("undertrained_rise_db", stats.UNDERTRAINED_RISE_DB), s.get("tail_fraction", stats.TAIL_FRACTION))
+
+    def resampling(self) -> Resampling:
+        return Resampling(self.confidence, self.n_resamples, self.seed)
 
 
 @dataclass
@@ -124,9 +135,15 @@ def _levels(config: dict, measure: dict, dataset: str) -> list[str]:
     return list(spec)
 
 
-def _known(config: dict, measure: dict, method: str) -> bool:
+def _known(config: dict, measure: dict, method: str, dataset: str) -> bool:
+    """Whether this configuration evaluates `method` on `dataset`: a reference, a deconvolution of the
+    experiment, or a configured method that some experiment runs on that dataset (MPT of Table 1 serves
+    the operators claim on the same data); a configured method no experiment runs there is not measured."""
     exp = config.get("experiments", {}).get(measure.get("experiment", ""), {})
-    return method in config["methods"] or method in UNTRAINED or method in exp.get("deconvolution", [])
+    if method in UNTRAINED or method in exp.get("deconvolution", []):
+        return True
+    runs = (spec for spec in config.get("experiments", {}).values() if dataset in spec.get("datasets", [spec.get("dataset")]))
+    return method in config["methods"] and any(method in spec.get("methods", []) for spec in runs)
 
 
 def _candidates(config: dict, measure: dict, methods: list[str]) -> list[str]:
@@ -162,9 +179,10 @@ def _read_csv(path: Path, command: str) -> pd.DataFrame:
     return pd.read_csv(path, dtype={"id": str})
 
 
-def _scores(layout: Layout, config: dict, dataset: str, method: str, levels: list[str], metric: str) -> pd.DataFrame:
-    """Per-image `metric` of a method over `levels` and seeds (an untrained reference is shared by every seed)."""
-    seeds = layout.seeds(config, dataset)
+def _scores(layout: Layout, config: dict, m: dict, dataset: str, method: str, levels: list[str]) -> pd.DataFrame:
+    """Per-image metric of a method over `levels` and the experiment's seeds (an untrained reference is shared by every seed)."""
+    metric = m["metric"]
+    seeds = layout.seeds(config, m["experiment"])
     own = seeds if _trained(config, method, dataset) else [None]
     frames = []
     for seed in own:
@@ -180,14 +198,14 @@ def _scores(layout: Layout, config: dict, dataset: str, method: str, levels: lis
     return out if seeds != [None] else out.drop(columns="seed")
 
 
-def training_flags(layout: Layout, config: dict, dataset: str, methods: list[str], opts: Options) -> tuple[list[str], list[str]]:
-    """(under-trained models, models without a training curve) among `methods`, per seed."""
+def training_flags(layout: Layout, config: dict, experiment: str | None, dataset: str, methods: list[str], opts: Options) -> tuple[list[str], list[str]]:
+    """(under-trained models, models without a training curve) among `methods`, per seed of the experiment."""
     train_ds = config["datasets"][dataset].get("trained_on", dataset)
     flagged, unknown = [], []
     for method in methods:
         if not _trained(config, method, dataset):
             continue
-        for seed in layout.seeds(config, train_ds):
+        for seed in layout.seeds(config, experiment or ""):
             name = method if seed is None else f"{method} (seed {seed})"
             path = layout.train_metrics(train_ds, method, seed)
             if not path.exists():
@@ -213,8 +231,8 @@ def training_flags(layout: Layout, config: dict, dataset: str, methods: list[str
 
 
 def _paired(layout: Layout, config: dict, m: dict, ds: str, levels: list[str], opts: Options) -> Measured:
-    a = _scores(layout, config, ds, m["a"], levels, m["metric"])
-    b = _scores(layout, config, ds, m["b"], levels, m["metric"])
+    a = _scores(layout, config, m, ds, m["a"], levels)
+    b = _scores(layout, config, m, ds, m["b"], levels)
     diffs = stats.paired_differences(a, b, m["metric"], names=(m["a"], m["b"]))
     interval = stats.mean_difference_interval(diffs, confidence=opts.confidence, n_resamples=opts.n_resamples, seed=opts.seed)
     spread = stats.seed_spread(diffs, "diff") if "seed" in diffs else None
@@ -226,7 +244,7 @@ def _best_of(layout: Layout, config: dict, m: dict, ds: str, levels: list[str], 
     if not candidates:
         raise NotConfigured(f"experiment {m['experiment']!r} has no method to compare {m['a']} with")
     sign = 1 if HIGHER_IS_BETTER.get(m["metric"], True) else -1
-    means = {c: float(_scores(layout, config, ds, c, levels, m["metric"])[m["metric"]].mean()) for c in candidates}
+    means = {c: float(_scores(layout, config, m, ds, c, levels)[m["metric"]].mean()) for c in candidates}
     best = max(means, key=lambda c: sign * means[c])
     out = _paired(layout, config, {**m, "b": best}, ds, levels, opts)
     out.notes.append(
@@ -254,44 +272,17 @@ def _edge_band(layout: Layout, config: dict, m: dict, ds: str, levels: list[str]
         return out
     frame = pd.read_csv(per_path, dtype={"id": str})
     frame = frame[(frame["region"] == m["region"]) & frame["level"].isin(levels)]
-    if "seed" not in frame:
-        frame = frame.assign(seed=0)
+    if "replicate" not in frame:
+        frame = frame.assign(replicate=0)
+    seeds = [s or 0 for s in layout.seeds(config, m["experiment"])]
+    frame = frame[frame["replicate"].isin(seeds) | frame["method"].isin(UNTRAINED)]
     sse = {}
     for method in (m["a"], m["b"]):
-        sub = frame[frame["method"] == method]
-        if sub.empty:
+        if frame[frame["method"] == method].empty:
             raise NotRun(per_path, _make(layout, table_path), f"{_rel(layout, per_path)} has no rows of {method}")
-        sse[method] = stats.image_by_seed(sub.groupby(["id", "seed"], as_index=False)["sse"].sum(), "sse")[0]
-
-    def gain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return 10 * np.log10(b.reshape(b.shape[0], -1).sum(axis=1) / a.reshape(a.shape[0], -1).sum(axis=1))
-
-    interval = _interval([sse[m["a"]], sse[m["b"]]], gain, opts)
+        sse[method] = sse_matrix(frame, method, seeds)
+    interval = matrix_interval([sse[m["a"]], sse[m["b"]]], pooled_psnr_gain, opts.resampling())
     return Measured(interval, m["b"])
-
-
-def _interval(arrays: list[np.ndarray], statistic: Callable, opts: Options) -> stats.Interval:
-    """Arrays (images, seeds, ...): crossed bootstrap with several seeds, BCa over images with one."""
-    kw = dict(confidence=opts.confidence, n_resamples=opts.n_resamples, seed=opts.seed)
-    if arrays[0].shape[1] > 1:
-        return stats.crossed_bootstrap_interval(arrays, statistic, **kw)
-    return stats.bootstrap_interval([x[:, 0] for x in arrays], lambda *xs: statistic(*(x[:, :, None] for x in xs)), **kw)
-
-
-def _ap_counts(frame: pd.DataFrame, condition: str, metric: str, seeds: list) -> tuple[np.ndarray, np.ndarray]:
-    """(TP, TP+FP+FN) arrays (images, seeds, thresholds) of one StarDist condition, for AP at `metric`."""
-    sub = frame[frame["condition"] == condition]
-    if metric != "map":
-        sub = sub[np.isclose(sub["iou"], int(metric[2:]) / 100)]
-    if "seed" not in sub or sub["seed"].isna().all():  # blurred / sharp: the same for every seed
-        sub = pd.concat([sub.assign(seed=s) for s in seeds], ignore_index=True)
-    sub = sub.assign(den=sub["tp"] + sub["fp"] + sub["fn"]).sort_values(["id", "seed", "iou"])
-    shape = (sub["id"].nunique(), len(seeds), sub["iou"].nunique())
-    if len(sub) != int(np.prod(shape)) or sub.duplicated(["id", "seed", "iou"]).any():
-        raise ValueError(
-            f"StarDist counts of {condition!r} are not one row per image, seed and IoU threshold. Fix: rerun the StarDist rule"
-        )
-    return sub["tp"].to_numpy(float).reshape(shape), sub["den"].to_numpy(float).reshape(shape)
 
 
 def _stardist(layout: Layout, config: dict, m: dict, ds: str, levels: list[str], opts: Options) -> Measured:
@@ -319,22 +310,15 @@ def _stardist(layout: Layout, config: dict, m: dict, ds: str, levels: list[str],
     if missing:
         raise NotRun(per_path, command, f"{_rel(layout, per_path)} has no rows of {', '.join(missing)}")
 
-    def ap(tp: np.ndarray, den: np.ndarray) -> np.ndarray:
-        return (tp.sum(axis=(1, 2)) / den.sum(axis=(1, 2))).mean(axis=-1)
-
     ids = {c: sorted(set(frame.loc[frame["condition"] == c, "id"])) for c in [m["a"], *bs]}
     if any(v != ids[m["a"]] for v in ids.values()):
         raise ValueError(
             f"{_rel(layout, per_path)}: StarDist conditions {', '.join(ids)} were scored on different images. Fix: rerun the StarDist rule"
         )
-    counts = {c: _ap_counts(frame, c, m["metric"], seeds) for c in [m["a"], *bs]}
-    pooled = {c: float(ap(tp[None], den[None])[0]) for c, (tp, den) in counts.items()}
+    counts = {c: ap_counts(frame, c, m["metric"], seeds) for c in [m["a"], *bs]}
+    pooled = {c: float(pooled_ap(tp[None], den[None])[0]) for c, (tp, den) in counts.items()}
     best = max(bs, key=lambda b: pooled[b])
-
-    def diff(tp_a, den_a, tp_b, den_b):
-        return ap(tp_a, den_a) - ap(tp_b, den_b)
-
-    interval = _interval([*counts[m["a"]], *counts[best]], diff, opts)
+    interval = matrix_interval([*counts[m["a"]], *counts[best]], ap_difference, opts.resampling())
     notes = [f"compared with the best of {', '.join(bs)} in this run: {best} ({pooled[best]:.4f})"] if len(bs) > 1 else []
     return Measured(interval, best, notes)
 
@@ -350,6 +334,9 @@ def _benchmark(layout: Layout, config: dict, m: dict, opts: Options) -> Measured
     path = layout.runtime_memory()
     frame = _read_csv(path, _make(layout, path))
     mode = m.get("mode", "autograd")
+    lacking = [c for c in ("kind", "mode", "size", "batch", "amp_bf16", "file", "device", "model", "scale", "recorded_utc", m["column"]) if c not in frame]
+    if lacking:
+        raise NotRun(path, BENCH_COMMAND, f"{_rel(layout, path)} has no column(s) {', '.join(lacking)} (written by an older runtime_memory rule)")
     sel = frame[
         (frame["kind"] == "forward") & (frame["mode"] == mode) & (frame["size"] == m["size"]) & (frame["batch"] == m.get("batch", 1))
     ]
@@ -398,8 +385,8 @@ def resolve(config: dict, m: dict) -> tuple[str | None, list[str]]:
     ds = _dataset(config, m)
     levels = _levels(config, m, ds)
     for method in [m["a"]] + ([m["b"]] if isinstance(m["b"], str) else []):
-        if not _known(config, m, method):
-            raise NotConfigured(f"method {method!r} is not configured")
+        if not _known(config, m, method, ds):
+            raise NotConfigured(f"method {method!r} is not run on {ds} by this configuration")
     return ds, levels
 
 

@@ -96,17 +96,30 @@ def visual_comparison(
     save_figure(fig, out_png)
 
 
-def training_curves(curves: dict[str, pd.DataFrame], out_png: str | Path, *, title: str) -> None:
-    """Training loss and validation PSNR (EMA weights) against iteration, one line per method."""
+def training_curves(curves: dict[str, pd.DataFrame], out_png: str | Path, *, title: str, trends: dict | None = None) -> None:
+    """Training loss and validation PSNR (EMA weights) against iteration, one line per method and seed.
+
+    Seed replicates ("<label> (seed r)") share their method's colour, dashed. trends: {label:
+    dgno.stats.TrainingTrend}; a model still improving at the end (``under_trained``) is named in the
+    legend with its rise and its tail window is shaded, so a reader sees which verdicts rest on it.
+    """
     fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(9, 3.2))
+    bases = list(dict.fromkeys(label.split(" (seed ")[0] for label in curves))
+    colour = dict(zip(bases, sns.color_palette("colorblind", len(bases))))
     for label, df in curves.items():
-        ax_loss.plot(df["iteration"], df["loss"], label=label, lw=1)
+        style = {"color": colour[label.split(" (seed ")[0]], "lw": 1, "ls": "--" if " (seed " in label else "-"}
+        trend = (trends or {}).get(label)
+        shown = label
+        if trend is not None and trend.under_trained:
+            shown += f" — under-trained: +{trend.rise_db:.2f} dB over iterations {trend.window[0]:.0f}-{trend.window[1]:.0f}"
+            ax_val.axvspan(*trend.window, color=style["color"], alpha=0.08, lw=0)
+        ax_loss.plot(df["iteration"], df["loss"], label=label, **style)
         val = df.dropna(subset=["val_psnr"])
         if not val.empty:
-            ax_val.plot(val["iteration"], val["val_psnr"], marker="o", ms=3, label=label, lw=1)
+            ax_val.plot(val["iteration"], val["val_psnr"], marker="o", ms=3, label=shown, **style)
     ax_loss.set(xlabel="iteration", ylabel="training loss", yscale="log", title="loss")
     ax_val.set(xlabel="iteration", ylabel="PSNR (dB)", title="validation PSNR (EMA weights)")
-    ax_val.legend(fontsize=7, frameon=False)
+    ax_val.legend(fontsize=6, frameon=False)
     sns.despine(fig)
     fig.suptitle(title, fontsize=9)
     save_figure(fig, out_png)

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from dgno.report.comparisons import table_spec
 from dgno.report.cost_section import cost_table
 from dgno.report.render import (
     Cell,
     Table,
+    annotate,
     load_paper,
     metric_table,
+    read_stats,
+    stat_row,
 )
 from dgno.report.results import table_levels
 from dgno.report.section import Section, figure
@@ -54,21 +59,32 @@ def edge_band_caption(results: Path) -> str:
     return note.read_text().strip() if note.exists() else "Edge band: see dgno.metrics.edge_band_mask."
 
 
-def gain_verdict(summaries: pd.DataFrame, dataset: str, a: str, b: str, labels: dict[str, str], paper_gain: float | None, levels: list[str]) -> str | None:
-    """'DGNO-Cell vs GG on X: +0.42 dB — DGNO better (paper: +0.50 dB)', or None if either misses a level.
+def gain_verdict(
+    summaries: pd.DataFrame, dataset: str, a: str, b: str, labels: dict[str, str], paper_gain: float | None, levels: list[str], stats: pd.DataFrame | None = None
+) -> str | None:
+    """'DGNO-Cell vs GG on X: +0.42 dB [+0.10, +0.71] … — better', or None if either misses a level.
 
     Both means are over the same `levels`: a method also evaluated elsewhere (unseen defocus
-    levels) must not be compared on a different set of images.
+    levels) must not be compared on a different set of images. With the table's statistics the word
+    follows the paired interval (better / worse only when it excludes 0); without, it says no interval.
     """
     on = summaries[(summaries.dataset == dataset) & summaries.level.isin(levels)]
     pa, pb = on[on.method == a], on[on.method == b]
     if set(pa.level) != set(levels) or set(pb.level) != set(levels):
         return None
-    pa, pb = pa["psnr"], pb["psnr"]
-    gain = float(pa.mean() - pb.mean())
-    word = "better" if gain >= 0.005 else "worse" if gain <= -0.005 else "equal (within 0.01 dB)"
+    gain = float(pa["psnr"].mean() - pb["psnr"].mean())
     paper = f" (paper: {paper_gain:+.2f} dB)" if paper_gain is not None else ""
-    return f"{labels[a]} vs {labels[b]} on {dataset}: {gain:+.2f} dB PSNR — {labels[a]} {word}{' than ' + labels[b] if not word.startswith('equal') else ''} in this run{paper}."
+    row = stat_row(stats, dataset, "psnr", a, versus=b)
+    low, high = (row["low"], row["high"]) if row else (float("nan"), float("nan"))
+    if row is None or not (np.isfinite(low) and np.isfinite(high)):
+        return f"{labels[a]} vs {labels[b]} on {dataset}: {gain:+.2f} dB PSNR in this run (no interval: {'fewer than 6 images' if row else 'no per-image statistics'}){paper}."
+    gain = float(row["estimate"])
+    seeds = f" × {int(row['n_seeds'])} seeds" if int(row["n_seeds"]) > 1 else ""
+    word = f"{labels[a]} better" if low > 0 else f"{labels[a]} worse" if high < 0 else "not resolved (the interval contains 0)"
+    return (
+        f"{labels[a]} vs {labels[b]} on {dataset}: {gain:+.2f} dB PSNR [{low:+.2f}, {high:+.2f}] "
+        f"({row['confidence']:.0%} interval, {int(row['n_images'])} images{seeds}) — {word} in this run{paper}."
+    )
 
 
 def rank_table(results: Path, dataset: str, labels: dict[str, str]) -> Table | None:
@@ -139,19 +155,61 @@ def operator_maps_caption(results: Path, dataset: str) -> str:
     return text
 
 
-def _gain_verdicts(summaries: pd.DataFrame, ds: str, methods: list[str], mcfg: dict, gg: str | None, labels: dict, prows: dict, levels: list[str]) -> list[str]:
-    """The verdict on each DG variant's PSNR gain over GG, beside the paper's gain where it prints both."""
+def _gain_verdicts(
+    summaries: pd.DataFrame, ds: str, methods: list[str], mcfg: dict, gg: str | None, labels: dict, prows: dict, levels: list[str], stats: pd.DataFrame | None = None
+) -> list[str]:
+    """The verdict on each DG variant's (and LG's) PSNR gain over GG, beside the paper's gain where it prints both."""
     verdicts = []
     for m in methods:
-        if gg and mcfg[m]["model"].startswith("dgno"):
+        if gg and m != gg and (mcfg[m]["model"].startswith("dgno") or mcfg[m]["model"] == "lg"):
             pg = None
             pm, pgg = paper_row(prows, mcfg[m], m), paper_row(prows, mcfg[gg], gg)
             if pm.get("psnr") is not None and pgg.get("psnr") is not None:
                 pg = pm["psnr"] - pgg["psnr"]
-            v = gain_verdict(summaries, ds, m, gg, labels, pg, levels)
+            v = gain_verdict(summaries, ds, m, gg, labels, pg, levels, stats)
             if v:
                 verdicts.append(v)
     return verdicts
+
+
+def annotate_gains(table: Table, stats: pd.DataFrame | None, dataset: str, methods: list[str], gg: str | None, gain_columns: dict[str, str]) -> None:
+    """Edge-band gain cells get their interval (and the estimate of the statistics: PSNR pooled over images
+    and levels) from the edge-band rule's statistics; gain_columns: {gain metric: the region metric}."""
+    if stats is None or gg is None:
+        return
+    cols = {metric: j for j, (ds, metric) in enumerate(table.columns) if ds == dataset and metric in gain_columns}
+    for method, (_, cells) in zip(["input", *methods], table.rows):
+        for metric, j in cols.items():
+            row = stat_row(stats, dataset, gain_columns[metric], method, versus=gg)
+            if row is not None and method not in (gg, "input"):
+                cells[j].measured = float(row["estimate"])
+                annotate(cells[j], stats, dataset, gain_columns[metric], method, versus=gg)
+
+
+def edge_band_table(
+    summaries: pd.DataFrame, results: Path, ds: str, methods: list[str], mcfg: dict, levels: dict, gg: str | None, extra: dict
+) -> Table:
+    """Edge-band and interior PSNR of each method and each DG variant's gain over GG on the same pixels,
+    with the edge-band rule's statistics (highlight, sd over seeds, the gains' intervals)."""
+    stats = read_stats(results / "tables" / f"edge_band_{ds}_stats.csv")
+    gains, paper_gains = edge_band_gains(extra, ds, methods, mcfg, gg)
+    t = metric_table(
+        summaries,
+        datasets=[ds],
+        methods=methods,
+        method_cfgs=mcfg,
+        levels=levels,
+        metrics=["psnr_edge", "psnr_interior", "psnr_edge_gain", "psnr_interior_gain"],
+        paper_rows=paper_gains,
+        extra={**extra, **gains},
+        stats=stats,
+    )
+    annotate_gains(t, stats, ds, methods, gg, {"psnr_edge_gain": "psnr_edge", "psnr_interior_gain": "psnr_interior"})
+    t.caption = (
+        edge_band_caption(results) + " Gains: each DG variant minus GG on the same pixels, PSNR pooled over the test images and levels, "
+        "with a bootstrap interval over images (and seeds); the paper's gains (+0.49 / +0.77 dB, DG variant not stated) below the measured ones."
+    )
+    return t
 
 
 def operators_section(config: dict, summaries: pd.DataFrame, results: Path) -> Section:
@@ -162,27 +220,25 @@ def operators_section(config: dict, summaries: pd.DataFrame, results: Path) -> S
     paper = load_paper("operators")
     levels = {ds: table_levels(config, ds)}
     sec = Section(id="operators", title="GG vs LG vs DGNO", paper_source=paper.get("source", ""))
-    sec.notes.append(f"Dataset {ds} ({config['datasets'][ds]['source']}), test levels {', '.join(levels[ds])}; metrics are means over test images, then over levels.")
+    seeds = int(exp.get("seeds", 1))
+    sec.notes.append(
+        f"Dataset {ds} ({config['datasets'][ds]['source']}), test levels {', '.join(levels[ds])}; metrics are means over test images, then over levels"
+        + (f", then over {seeds} training seeds (± sd over seeds)." if seeds > 1 else ".")
+    )
     labels = {m: mcfg[m].get("label", m) for m in methods}
     gg = next((m for m in methods if mcfg[m]["model"] == "gg"), None)
     prows = paper.get("rows", {})
-    sec.verdicts += _gain_verdicts(summaries, ds, methods, mcfg, gg, labels, prows, levels[ds])
+    stats = read_stats(results / "tables" / "operators_stats.csv")
+    sec.verdicts += _gain_verdicts(summaries, ds, methods, mcfg, gg, labels, prows, levels[ds], stats)
     extra = edge_band_values(results, ds)
-    sec.tables.append(metric_table(summaries, datasets=[ds], methods=methods, method_cfgs=mcfg, levels=levels, metrics=["psnr", "ssim", "lpips"], paper_rows=prows))
-    if extra:
-        gains, paper_gains = edge_band_gains(extra, ds, methods, mcfg, gg)
-        t = metric_table(
-            summaries,
-            datasets=[ds],
-            methods=methods,
-            method_cfgs=mcfg,
-            levels=levels,
-            metrics=["psnr_edge", "psnr_interior", "psnr_edge_gain", "psnr_interior_gain"],
-            paper_rows=paper_gains,
-            extra={**extra, **gains},
+    sec.tables.append(
+        metric_table(
+            summaries, datasets=[ds], methods=methods, method_cfgs=mcfg, levels=levels, metrics=["psnr", "ssim", "lpips"],
+            paper_rows=prows, stats=stats, deltas=table_spec(config, "operators")["versus"],
         )
-        t.caption = edge_band_caption(results) + " Gains: each DG variant minus GG on the same pixels; the paper's gains (+0.49 / +0.77 dB, DG variant not stated) below the measured ones."
-        sec.tables.append(t)
+    )  # fmt: skip
+    if extra:
+        sec.tables.append(edge_band_table(summaries, results, ds, methods, mcfg, levels, gg, extra))
     cost = cost_table(results, methods, mcfg, prows)
     if cost is not None:
         sec.tables.append(cost)

@@ -19,7 +19,7 @@ import pandas as pd
 
 from dgno import provenance
 from dgno.io import atomic_path
-from dgno.report.tables import HIGHER_IS_BETTER, load_paper_values, paper_row
+from dgno.report.tables import load_paper_values, paper_row
 
 TEMPLATE_DIR = Path(__file__).with_name("templates")
 METRIC_LABELS = {
@@ -63,11 +63,24 @@ CATALOGUE = [
 
 @dataclass
 class Cell:
+    """One measured value of a table, with the paper's beside it; what makes it uncertain, when known.
+
+    best: highlighted — its lead over every other row has an interval excluding 0 (dgno.stats.highlight);
+    tie: one of the rows that tie for first (no lead resolved); sd / n_seeds: spread over training
+    seeds; low / high: the interval of a stated difference (signed: the value is a difference).
+    """
+
     measured: float | None
     paper: float | None = None
     best: bool = False
     command: str | None = None  # set when not run
     digits: int = 2
+    tie: bool = False
+    sd: float | None = None
+    n_seeds: int = 1
+    low: float | None = None
+    high: float | None = None
+    signed: bool = False
 
     @property
     def diff(self) -> float | None:
@@ -94,15 +107,39 @@ def _num(x: Any) -> float | None:
     return None if math.isnan(v) else v
 
 
-def mark_best(table: Table, skip_rows: tuple[str, ...] = ("Blurred input",)) -> None:
-    """Bold the best measured value per column among the methods (the blurred input is a reference row)."""
-    for j, (_, metric) in enumerate(table.columns):
-        vals = [(i, row[1][j].measured) for i, row in enumerate(table.rows) if row[1][j].measured is not None and row[0] not in skip_rows]
-        if len(vals) < 2 or metric not in HIGHER_IS_BETTER:
-            continue
-        best = (max if HIGHER_IS_BETTER[metric] else min)(v for _, v in vals)
-        for i, v in vals:
-            table.rows[i][1][j].best = v == best
+def stat_row(stats: pd.DataFrame | None, dataset: str, metric: str, method: str, *, versus: str = "", level: str = "") -> dict | None:
+    """The row of a table's statistics (dgno.report.comparisons, ``<table>_stats.csv``) for one cell, if any."""
+    if stats is None or stats.empty:
+        return None
+    hit = stats[(stats["dataset"] == dataset) & (stats["metric"] == metric) & (stats["method"] == method) & (stats["versus"] == versus) & (stats["level"] == level)]
+    return None if hit.empty else hit.iloc[0].to_dict()
+
+
+def annotate(cell: Cell, stats: pd.DataFrame | None, dataset: str, metric: str, method: str, *, versus: str = "", level: str = "") -> Cell:
+    """Fill a cell's uncertainty from the table's statistics: the highlight (best or tie) and sd over seeds of a
+    value; the interval of a difference (``versus`` a reference row). A cell without statistics stays as it is
+    (never highlighted: the highlight needs the interval of the lead)."""
+    row = stat_row(stats, dataset, metric, method, versus=versus, level=level)
+    if row is None:
+        return cell
+    if versus:
+        cell.low, cell.high, cell.signed = _num(row["low"]), _num(row["high"]), True
+        if cell.measured is None and cell.command is None:
+            cell.measured = _num(row["estimate"])
+        return cell
+    n = int(row.get("n_seeds") or 1)
+    cell.n_seeds, cell.sd = n, _num(row.get("seed_sd")) if n > 1 else None
+    cell.best, cell.tie = row.get("highlight") == "best", row.get("highlight") == "tie"
+    return cell
+
+
+def read_stats(path: str | Path) -> pd.DataFrame | None:
+    """A ``<table>_stats.csv`` (None when the table rule has not written it), blanks as empty strings."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    frame = pd.read_csv(path, dtype={"level": str, "versus": str, "highlight": str, "dataset": str})
+    return frame.fillna({"level": "", "versus": "", "highlight": "", "dataset": ""})
 
 
 def eval_command(dataset: str, method: str, level: str) -> str:
@@ -121,40 +158,54 @@ def metric_table(
     paper_dataset_key: dict[str, str] | None = None,
     include_input: bool = True,
     extra: dict[tuple[str, str, str], float] | None = None,
+    stats: pd.DataFrame | None = None,
+    deltas: list[str] = (),
+    stat_metric: dict[tuple[str, str], str] | None = None,
 ) -> Table:
     """Rows = methods (+ blurred input), columns = dataset × metric, metrics averaged over levels.
 
     paper_rows: the paper table's rows; paper_dataset_key maps our dataset name to the paper's
     column group (None → single-dataset table whose rows hold metrics directly).
     extra: additional measured values keyed (method, dataset, metric), e.g. edge-band PSNR.
+    stats: the table's statistics (:func:`read_stats`): highlight, sd over seeds, and for each row of
+    ``deltas`` a column "Δ PSNR vs <row>" with the paired per-image interval. stat_metric: the statistics'
+    metric of a (dataset, metric) column where it differs (the luma PSNR of RGB datasets: psnr_y8).
     """
-    table = Table(columns=[(ds, m) for ds in datasets for m in metrics])
+    columns = [(ds, m) for ds in datasets for m in metrics]
+    delta_cols = [(ds, ref) for ds in datasets for ref in deltas if not (stats is None or stats.empty)]
+    labels = {ref: method_cfgs.get(ref, {}).get("label", "blurred input" if ref == "input" else ref) for ref in deltas}
+    table = Table(columns=columns + [(ds, f"Δ PSNR vs {labels[ref]}") for ds, ref in delta_cols])
     rows = (["input"] if include_input else []) + list(methods)
     for method in rows:
         cfg = method_cfgs.get(method, {"model": "blur", "label": "Blurred input"})
-        cells = []
-        for ds, metric in table.columns:
-            # only this table's levels: a method may also be evaluated on others (e.g. unseen defocus levels)
-            sub = summaries[(summaries["dataset"] == ds) & (summaries["method"] == method) & summaries["level"].isin(levels[ds])]
-            missing = [lvl for lvl in levels[ds] if lvl not in set(sub["level"])]
-            measured = None
-            command = None
-            if extra is not None and (method, ds, metric) in extra:
-                measured = _num(extra[(method, ds, metric)])
-            elif missing:
-                command = eval_command(ds, method, missing[0])
-            elif metric in sub:
-                measured = _num(sub[metric].mean())
-            paper = None
-            if paper_rows is not None:
-                prow = paper_row(paper_rows, cfg, method)
-                if paper_dataset_key is not None:
-                    prow = prow.get(paper_dataset_key.get(ds, ds), {}) if isinstance(prow, dict) else {}
-                paper = _num(prow.get(metric)) if isinstance(prow, dict) else None
-            cells.append(Cell(measured=measured, paper=paper, command=command, digits=DIGITS.get(metric, 3)))
+        cells = [_value_cell(summaries, ds, metric, method, cfg, levels, extra, paper_rows, paper_dataset_key) for ds, metric in columns]
+        for cell, (ds, metric) in zip(cells, columns):
+            annotate(cell, stats, ds, (stat_metric or {}).get((ds, metric), metric), method)
+        for ds, ref in delta_cols:
+            metric = (stat_metric or {}).get((ds, "psnr"), "psnr")
+            cells.append(annotate(Cell(measured=None, digits=2), stats, ds, metric, method, versus=ref) if method != ref else Cell(measured=None))
         table.rows.append((cfg.get("label", method), cells))
-    mark_best(table)
     return table
+
+
+def _value_cell(summaries, ds, metric, method, cfg, levels, extra, paper_rows, paper_dataset_key) -> Cell:
+    # only this table's levels: a method may also be evaluated on others (e.g. unseen defocus levels)
+    sub = summaries[(summaries["dataset"] == ds) & (summaries["method"] == method) & summaries["level"].isin(levels[ds])]
+    missing = [lvl for lvl in levels[ds] if lvl not in set(sub["level"])]
+    measured, command = None, None
+    if extra is not None and (method, ds, metric) in extra:
+        measured = _num(extra[(method, ds, metric)])
+    elif missing:
+        command = eval_command(ds, method, missing[0])
+    elif metric in sub:
+        measured = _num(sub[metric].mean())
+    paper = None
+    if paper_rows is not None:
+        prow = paper_row(paper_rows, cfg, method)
+        if paper_dataset_key is not None:
+            prow = prow.get(paper_dataset_key.get(ds, ds), {}) if isinstance(prow, dict) else {}
+        paper = _num(prow.get(metric)) if isinstance(prow, dict) else None
+    return Cell(measured=measured, paper=paper, command=command, digits=DIGITS.get(metric, 3))
 
 
 def embed_png(path: str | Path) -> str | None:

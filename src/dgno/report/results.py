@@ -7,11 +7,14 @@ from pathlib import Path
 import pandas as pd
 
 from dgno.io import read_json
+from dgno.report.comparisons import table_spec
 from dgno.report.render import (
     Cell,
     Table,
+    annotate,
     load_paper,
     metric_table,
+    read_stats,
 )
 from dgno.report.section import Section, figure
 from dgno.report.tables import paper_key, paper_row
@@ -74,6 +77,9 @@ def main_section(config: dict, summaries: pd.DataFrame, results: Path) -> Sectio
             paper_rows=paper.get("rows", {}),
             paper_dataset_key=keys,
             extra=luma or None,
+            stats=read_stats(results / "tables" / "main_stats.csv"),
+            deltas=table_spec(config, "main")["versus"],
+            stat_metric={(ds, "psnr"): "psnr_y8" for _, ds, _ in luma},
         )
     )
     for ds in dss:  # one visual comparison per column of the table (w1, w2, 3DHistech at paper scale)
@@ -94,9 +100,11 @@ def luma_psnr_values(summaries: pd.DataFrame, datasets: list[str], levels: dict[
     return out
 
 
-def _one_dataset_table(sec: Section, config: dict, summaries: pd.DataFrame, exp: dict, paper: dict, paper_rows: dict) -> Section:
-    """Add the paper's note and the PSNR / SSIM / LPIPS table of ``exp``'s methods on its one dataset."""
+def _one_dataset_table(sec: Section, config: dict, summaries: pd.DataFrame, exp: dict, paper: dict, paper_rows: dict, results: Path | None = None) -> Section:
+    """Add the paper's note and the PSNR / SSIM / LPIPS table of ``exp``'s methods on its one dataset (with the
+    statistics of its table rule, ``results/tables/<section id>_stats.csv``, when they exist)."""
     ds = exp["dataset"]
+    stats = read_stats(results / "tables" / f"{sec.id}_stats.csv") if results is not None else None
     if paper.get("notes"):
         sec.notes.append("Note on the paper's numbers: " + str(paper["notes"]))
     sec.tables.append(
@@ -108,18 +116,20 @@ def _one_dataset_table(sec: Section, config: dict, summaries: pd.DataFrame, exp:
             levels={ds: table_levels(config, ds)},
             metrics=["psnr", "ssim", "lpips"],
             paper_rows=paper_rows,
+            stats=stats,
+            deltas=table_spec(config, sec.id)["versus"] if stats is not None else [],
         )
     )
     return sec
 
 
-def lifting_section(config: dict, summaries: pd.DataFrame) -> Section:
+def lifting_section(config: dict, summaries: pd.DataFrame, results: Path | None = None) -> Section:
     exp = config["experiments"]["lifting"]
     paper = load_paper("lifting")
     ds = exp["dataset"]
     sec = Section(id="lifting", title="Lifting modules with and without DGNO operator layers", paper_source=paper.get("source", ""))
     sec.notes.append(f"Dataset {ds}. '<encoder>-dgno' = that encoder as the lifting module of DGNO-Cell's decoder of operator layers.")
-    return _one_dataset_table(sec, config, summaries, exp, paper, paper.get("rows", {}))
+    return _one_dataset_table(sec, config, summaries, exp, paper, paper.get("rows", {}), results)
 
 
 def _fallback_levels(results: Path | None, dataset: str, levels: list[str]) -> dict[str, str]:
@@ -133,6 +143,7 @@ def defocus_section(config: dict, summaries: pd.DataFrame, results: Path | None 
     """PSNR per unseen defocus level; dataset i compares with the paper's defocus table of its paper_column."""
     exp = config["experiments"]["defocus"]
     sec = Section(id="defocus", title="Generalisation to unseen defocus levels")
+    stats = read_stats(results / "tables" / "defocus_stats.csv") if results is not None else None
     for ds in exp["datasets"]:
         col = config["datasets"][ds].get("paper_column", ds)
         paper = load_paper("defocus_w2" if col.endswith("w2") else "defocus_w1")
@@ -147,10 +158,9 @@ def defocus_section(config: dict, summaries: pd.DataFrame, results: Path | None 
             cells = []
             for _, lvl in table.columns:
                 measured, command = psnr_of(summaries, ds, method, [lvl])
-                cells.append(Cell(measured=measured, paper=prow.get(lvl, {}).get("psnr"), command=command))
+                cells.append(annotate(Cell(measured=measured, paper=prow.get(lvl, {}).get("psnr"), command=command), stats, ds, "psnr", method, level=lvl))
             table.rows.append((cfg.get("label", method), cells))
-        mark_best_grid(table)
-        table.caption = "PSNR (dB) per level; the blurred input row is included for reference."
+        table.caption = "PSNR (dB) per level; the blurred input row is included for reference; the highlight is per level (column)."
         sec.tables.append(table)
     return sec
 
@@ -170,7 +180,7 @@ def real_paper_row(rows: dict[str, dict], cfg: dict, method: str) -> tuple[str |
 REAL_DEFOCUS_TITLES = {"dpdd": "Real-world defocus deblurring on DPDD (Table 5)", "realdof": "RealDOF test set (Table 10)"}
 
 
-def real_defocus_section(name: str, config: dict, summaries: pd.DataFrame) -> Section:
+def real_defocus_section(name: str, config: dict, summaries: pd.DataFrame, results: Path | None = None) -> Section:
     """DPDD / RealDOF: the configured methods measured beside the paper's rows ('not run' + command when absent)."""
     exp = config["experiments"][name]
     paper = load_paper(name)
@@ -191,28 +201,14 @@ def real_defocus_section(name: str, config: dict, summaries: pd.DataFrame) -> Se
     unmatched = [r.get("label", k) for k, r in rows.items() if k not in used]
     if unmatched:
         sec.notes.append("Paper rows with no method in this run (not in the model registry or not configured): " + ", ".join(unmatched) + ".")
-    return _one_dataset_table(sec, config, summaries, exp, paper, paper_rows)
-
-
-def mark_best_grid(table: Table) -> None:
-    """Grid tables: the best measured PSNR/SSIM of the whole grid is highlighted (the paper bolds one cell)."""
-    groups: dict[str, list[int]] = {}
-    for j, (_, metric) in enumerate(table.columns):
-        groups.setdefault(metric if metric in ("psnr", "ssim") else "grid", []).append(j)
-    for cols in groups.values():
-        vals = [cells[j].measured for _, cells in table.rows for j in cols if cells[j].measured is not None]
-        if vals:
-            best = max(vals)
-            for _, cells in table.rows:
-                for j in cols:
-                    cells[j].best = cells[j].measured == best
+    return _one_dataset_table(sec, config, summaries, exp, paper, paper_rows, results)
 
 
 def _ranges(photometry: dict) -> str:
     return ", ".join(f"{k} {v[0]:g}–{v[1]:g}" for k, v in photometry.items())
 
 
-def robustness_section(config: dict, summaries: pd.DataFrame) -> Section:
+def robustness_section(config: dict, summaries: pd.DataFrame, results: Path | None = None) -> Section:
     """Each demo model on test images whose photometry lies outside its training range, beside the blurred input.
 
     The question is whether a model helps or harms on images unlike its training data (a demo-trained model
@@ -235,6 +231,7 @@ def robustness_section(config: dict, summaries: pd.DataFrame) -> Section:
         "Rerun: snakemake --cores all results/tables/robustness.csv"
     )
     groups = [(f"in range: {trained}", trained), (f"out of range: {ood}", ood)]
+    stats = read_stats(results / "tables" / "robustness_stats.csv") if results is not None else None
     table = Table(columns=[(g, m) for g, _ in groups for m in ("psnr", "psnr_gain_input")])
     below = []
     for method in ["input", *exp["methods"]]:
@@ -244,8 +241,8 @@ def robustness_section(config: dict, summaries: pd.DataFrame) -> Section:
             measured, command = psnr_of(summaries, ds, method, levels)
             base, base_command = psnr_of(summaries, ds, "input", levels)
             gain = measured - base if measured is not None and base is not None else None
-            cells.append(Cell(measured=measured, command=command))
-            cells.append(Cell(measured=gain, command=command or base_command))
+            cells.append(annotate(Cell(measured=measured, command=command), stats, ds, "psnr", method))
+            cells.append(annotate(Cell(measured=gain, command=command or base_command), stats, ds, "psnr", method, versus="input") if method != "input" else Cell(measured=gain))
             if ds == ood and method != "input" and gain is not None and gain < 0:
                 below.append(cfg.get("label", method))
         table.rows.append((cfg.get("label", method), cells))

@@ -6,13 +6,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from dgno.report.comparisons import table_spec
 from dgno.report.operators_section import edge_band_caption, edge_band_values, gain_verdict
 from dgno.report.render import (
     Cell,
     Table,
+    annotate,
     eval_command,
     load_paper,
     metric_table,
+    read_stats,
+    stat_row,
 )
 from dgno.report.results import table_levels
 from dgno.report.section import Section, figure
@@ -30,13 +34,26 @@ def synthetic_section(config: dict, summaries: pd.DataFrame, results: Path) -> S
         d = config["datasets"][ds]
         rng = next(iter(d["levels"].values()))
         sec.notes.append(f"{ds}: sigma range {rng[0]}–{rng[1]} px ({d.get('sigma_scaling', 'as configured')}); {d['n_test']} test images.")
+    if int(exp.get("seeds", 1)) > 1:
+        sec.notes.append(f"Every trained method is trained with {exp['seeds']} seeds: values are means over the seeds (± sd over seeds).")
     paper_rows, dataset_key = synthetic_paper_rows(paper, config, dss)
     extra: dict = {}
     for ds in dss:
         extra.update(edge_band_values(results, ds))
-    sec.tables.append(metric_table(summaries, datasets=dss, methods=methods, method_cfgs=mcfg, levels=levels, metrics=["psnr", "ssim"], paper_rows=paper_rows, paper_dataset_key=dataset_key))
+    stats = read_stats(results / "tables" / "synthetic_stats.csv")
+    sec.tables.append(
+        metric_table(
+            summaries, datasets=dss, methods=methods, method_cfgs=mcfg, levels=levels, metrics=["psnr", "ssim"], paper_rows=paper_rows,
+            paper_dataset_key=dataset_key, stats=stats, deltas=table_spec(config, "synthetic")["versus"],
+        )
+    )  # fmt: skip
     if extra:
-        t = metric_table(summaries, datasets=dss, methods=methods, method_cfgs=mcfg, levels=levels, metrics=["psnr_edge", "psnr_interior"], paper_rows=None, extra=extra)
+        band = [read_stats(results / "tables" / f"edge_band_{ds}_stats.csv") for ds in dss]
+        band_stats = pd.concat([b for b in band if b is not None], ignore_index=True) if any(b is not None for b in band) else None
+        t = metric_table(
+            summaries, datasets=dss, methods=methods, method_cfgs=mcfg, levels=levels, metrics=["psnr_edge", "psnr_interior"],
+            paper_rows=None, extra=extra, stats=band_stats,
+        )  # fmt: skip
         t.caption = edge_band_caption(results)
         sec.tables.append(t)
     labels = {m: mcfg[m].get("label", m) for m in methods}
@@ -49,7 +66,7 @@ def synthetic_section(config: dict, summaries: pd.DataFrame, results: Path) -> S
                 pgg = paper_row(paper_rows, mcfg[gg], gg).get(dataset_key.get(ds, ""), {})
                 if pr.get("psnr") is not None and pgg.get("psnr") is not None:
                     pg = pr["psnr"] - pgg["psnr"]
-                v = gain_verdict(summaries, ds, m, gg, labels, pg, levels[ds])
+                v = gain_verdict(summaries, ds, m, gg, labels, pg, levels[ds], stats)
                 if v:
                     sec.verdicts.append(v)
     sec.figures.append(figure(results, "figures/synthetic_psnr.png", "PSNR per method and sigma range (bars: measured; black ticks: paper)"))
@@ -92,6 +109,8 @@ def synthetic_bbbc006_section(config: dict, summaries: pd.DataFrame, results: Pa
     )
     band = edge_band_values(results, ds)
     gg = next((m for m in methods if mcfg[m]["model"] == "gg"), None)
+    stats = read_stats(results / "tables" / "synthetic_bbbc006_stats.csv")
+    band_stats = read_stats(results / "tables" / f"edge_band_{ds}_stats.csv")
 
     def measured(method: str, metric: str) -> float | None:
         if metric in ("psnr_edge", "psnr_interior"):
@@ -110,19 +129,30 @@ def synthetic_bbbc006_section(config: dict, summaries: pd.DataFrame, results: Pa
         prow = prows.get("gg" if cfg["model"] == "gg" else "dg" if is_dg else "", {})
         pgain = prows.get("dg_minus_gg", {}) if is_dg else {}
         command = None if psnr is not None else eval_command(ds, method, levels[0])
-        table.rows.append(
-            (
-                cfg.get("label", method),
-                [
-                    Cell(measured=psnr, paper=prow.get("psnr"), command=command, digits=2),
-                    Cell(measured=gain, paper=pgain.get("psnr_gain"), digits=2),
-                    Cell(measured=edge, paper=None, digits=2),
-                    Cell(measured=edge_gain, paper=pgain.get("psnr_boundary_gain"), digits=2),
-                ],
-            )
-        )
-    table.caption = "PSNR (dB); gains are DG minus GG on the same images. The paper's 'DG' row (variant not stated) is shown beside every DG variant."
+        cells = [
+            annotate(Cell(measured=psnr, paper=prow.get("psnr"), command=command, digits=2), stats, ds, "psnr", method),
+            Cell(measured=gain, paper=pgain.get("psnr_gain"), digits=2),
+            annotate(Cell(measured=edge, paper=None, digits=2), band_stats, ds, "psnr_edge", method),
+            Cell(measured=edge_gain, paper=pgain.get("psnr_boundary_gain"), digits=2),
+        ]
+        if is_dg and gg:
+            _gain_intervals(cells, stats, band_stats, ds, method, gg)
+        table.rows.append((cfg.get("label", method), cells))
+    table.caption = (
+        "PSNR (dB); gains are DG minus GG on the same images, with a bootstrap interval over the test images (and seeds). "
+        "The paper's 'DG' row (variant not stated) is shown beside every DG variant."
+    )
     sec.tables.append(table)
     sec.figures.append(figure(results, f"figures/visual_{ds}.png", f"Visual comparison on {ds}"))
     sec.figures.append(figure(results, f"figures/edge_band_{ds}.png", f"Edge-band vs interior PSNR on {ds}"))
     return sec
+
+
+def _gain_intervals(cells: list[Cell], stats: pd.DataFrame | None, band_stats: pd.DataFrame | None, ds: str, method: str, gg: str) -> None:
+    """The whole-image and edge-band gain cells of one DG row get their paired intervals; the edge-band gain
+    takes the statistics' estimate (PSNR pooled over images and levels, as its interval)."""
+    annotate(cells[1], stats, ds, "psnr", method, versus=gg)
+    row = stat_row(band_stats, ds, "psnr_edge", method, versus=gg)
+    if row is not None:
+        cells[3].measured = float(row["estimate"])
+        annotate(cells[3], band_stats, ds, "psnr_edge", method, versus=gg)

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from dgno.io import read_json
+from dgno.io import read_json, replicate_of
 
 PAPER_VALUES = Path(__file__).with_name("paper_values.yaml")
 METRICS = ("psnr", "ssim", "lpips")
@@ -56,8 +56,12 @@ def summary_files(results: str | Path) -> list[Path]:
     return sorted(p for p in root.rglob("summary.json") if "gumbel" not in p.relative_to(root).parts)
 
 
+SUMMARY_COLUMNS = ["dataset", "method", "level", "replicate", "n_images", "psnr", "ssim", "lpips", "lpips_source", "psnr_y8"]
+
+
 def collect_summaries(paths: Iterable[str | Path]) -> pd.DataFrame:
-    """One row per summary.json: dataset, method, level, n_images, metrics and the LPIPS weight source."""
+    """One row per summary.json: dataset, method, level, seed replicate (0 unless ``seed=<r>``), n_images,
+    metrics and the LPIPS weight source."""
     rows = []
     for p in paths:
         s = read_json(p)
@@ -66,6 +70,7 @@ def collect_summaries(paths: Iterable[str | Path]) -> pd.DataFrame:
                 "dataset": s["dataset"],
                 "method": s["method"],
                 "level": s["level"],
+                "replicate": int(s.get("replicate", replicate_of(p))),
                 "n_images": s["n_images"],
                 "psnr": s["psnr"],
                 "ssim": s["ssim"],
@@ -74,7 +79,7 @@ def collect_summaries(paths: Iterable[str | Path]) -> pd.DataFrame:
                 "psnr_y8": s.get("psnr_y8"),
             }
         )
-    return pd.DataFrame(rows, columns=["dataset", "method", "level", "n_images", "psnr", "ssim", "lpips", "lpips_source", "psnr_y8"])
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
 def mean_over_levels(frame: pd.DataFrame) -> pd.DataFrame:

@@ -18,16 +18,20 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from dgno.choices import check_choice
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import resolved_spec
 from dgno.workflow import reproduction
 from dgno.workflow.config import PAIRED_SOURCES
+from dgno.workflow.replicates import eval_dir, method_dir, replicate_summaries, seeds_of
 from dgno.workflow.settings import DECONV_LABELS, canonical, method_labels, method_settings
 
 Config = Mapping[str, Any]
 
 # Models whose decoder has per-scale operator stacks (the rank figure compares GG/LG with DG).
 RANK_MODELS = ("gg", "lg", "dgno-face", "dgno-cell")
+# What the evaluate rules score (evaluate.checkpoint): the finished model.pt, or the training's checkpoint.pt now.
+EVALUATED_CHECKPOINTS = ("model", "in_progress")
 
 
 # --- names -------------------------------------------------------------------------------------
@@ -151,17 +155,36 @@ def training_of(config: Config, dataset: str, method: str) -> str:
     return method
 
 
-def trained_model(config: Config, dataset: str, method: str, trainings: Callable[[str, str], str] | None = None) -> str:
+def trained_model(
+    config: Config, dataset: str, method: str, trainings: Callable[[str, str], str] | None = None, replicate: int = 0
+) -> str:
     """Checkpoint that evaluates `dataset`: its own, or that of its `trained_on` dataset (RealDOF ← DPDD);
     for a method with `official` weights, the authors' checkpoint imported for that dataset; for an
     ablation grid point equal to a configured method, that method's training (:func:`training_of`,
-    or ``trainings(dataset, method)``: the same function of this config, e.g. cached).
+    or ``trainings(dataset, method)``: the same function of this config, e.g. cached). ``replicate``
+    r >= 1: the training with seed + r (``dgno.workflow.replicates``).
     """
     source = config["datasets"][dataset].get("trained_on", dataset)
     if "official" in config["methods"][method]:
+        if replicate:
+            raise ValueError(f"method {method} uses the authors' weights: it has no seed replicate {replicate}")
         return f"results/official/{source}/{method}/model.pt"
     trained = trainings(source, method) if trainings else training_of(config, source, method)
-    return f"results/train/{source}/{trained}/model.pt"
+    return f"results/train/{source}/{method_dir(trained, replicate)}/model.pt"
+
+
+def evaluated_checkpoint(
+    config: Config, dataset: str, method: str, trainings: Callable[[str, str], str] | None = None, replicate: int = 0
+) -> str:
+    """The file the `evaluate` rules score: :func:`trained_model`, or with ``evaluate.checkpoint:
+    in_progress`` the training's ``checkpoint.pt`` as it is on disk now (a run still training, or
+    interrupted), so that test PSNR can follow the iterations; that never starts a training."""
+    model = trained_model(config, dataset, method, trainings, replicate)
+    choice = config["evaluate"].get("checkpoint", "model")
+    check_choice("evaluate.checkpoint", choice, EVALUATED_CHECKPOINTS)
+    if choice == "in_progress" and model.startswith("results/train/"):
+        return model.removesuffix("model.pt") + "checkpoint.pt"
+    return model
 
 
 def official_checkpoint(config: Config, dataset: str, method: str) -> str:
@@ -268,6 +291,12 @@ def restored_readers(config: Config) -> frozenset[tuple[str, str, str]]:
     return frozenset(need | reproduction.restored_needed(config))
 
 
+def edge_band_reads(config: Config, dataset: str, method: str, level: str) -> bool:
+    """Whether the edge-band table reads this evaluation's restored images (the only reader of a seed
+    replicate's: figures and StarDist show replicate 0)."""
+    return dataset in experiment_dataset_set(config) and method in experiment_methods(config, dataset) and level in table_levels(config, dataset)
+
+
 # --- evaluation summaries behind each table ----------------------------------------------------
 
 
@@ -279,14 +308,48 @@ def summaries(dataset: str, methods: Iterable[str], levels: Iterable[str], with_
 
 
 def experiment_summaries(config: Config, name: str) -> list[str]:
-    """Summaries an experiment's table needs: every (method, level) of its dataset(s) + the input row."""
+    """Summaries an experiment's table needs: every (method, level) of its dataset(s) + the input row,
+    and the seed replicates of its trained methods (``experiments.<name>.seeds``)."""
     spec = config["experiments"][name]
     rows = list(spec["methods"]) + list(spec.get("deconvolution", []))
+    datasets = experiment_datasets(config, name)
+    levels = lambda ds: spec.get("levels", table_levels(config, ds))  # noqa: E731
+    return [s for ds in datasets for s in summaries(ds, rows, levels(ds))] + replicate_summaries(config, name, datasets, rows, levels)
+
+
+def per_image_files(summary_files: Iterable[str]) -> list[str]:
+    """The per-image scores beside each summary.json (the tables' intervals are computed from them)."""
+    return [str(Path(s).with_name("per_image.csv")) for s in summary_files]
+
+
+def training_curves(config: Config, dataset: str) -> list[str]:
+    """train_metrics.csv of every training on a dataset (each seed replicate too): the training-curves
+    figure and the claims' under-trained flag read them."""
     return [
-        s
-        for ds in experiment_datasets(config, name)
-        for s in summaries(ds, rows, spec.get("levels", table_levels(config, ds)))
+        f"results/train/{dataset}/{method_dir(m, r)}/train_metrics.csv"
+        for m in experiment_methods(config, dataset)
+        if "official" not in config["methods"][m]
+        for r in seeds_of(config, dataset, m)
     ]
+
+
+def edge_band_replicates(config: Config, dataset: str) -> dict[str, list[int]]:
+    """{method: the replicates the edge-band table reads} on one dataset (every seed any experiment trains)."""
+    return {m: seeds_of(config, dataset, m) for m in experiment_methods(config, dataset)}
+
+
+def edge_band_versus(config: Config, dataset: str) -> list[str]:
+    """Rows every edge-band gain is stated against: the blurred input, and GG where the dataset has it."""
+    return ["input"] + [m for m in experiment_methods(config, dataset) if config["methods"][m]["model"] == "gg"][:1]
+
+
+def edge_band_summaries(config: Config, dataset: str) -> list[str]:
+    """Evaluations the edge-band table reads: every method of the dataset's experiments at its table
+    levels, each of its seed replicates, and the blurred input."""
+    levels = table_levels(config, dataset)
+    methods = experiment_methods(config, dataset)
+    extra = [f"{eval_dir(dataset, m, lvl, r)}/summary.json" for m in methods for r in seeds_of(config, dataset, m)[1:] for lvl in levels]
+    return summaries(dataset, methods, levels) + extra
 
 
 def robustness_summaries(config: Config) -> list[str]:
@@ -383,8 +446,9 @@ def _nonblind_targets(config: Config) -> list[str]:
 
 
 def _dataset_targets(config: Config, ds: str) -> list[str]:
-    """Edge-band table, visual comparison, training curves (when it trains) and residual figure of one dataset."""
-    files = [f"results/tables/edge_band_{ds}.csv", f"results/figures/visual_{ds}.png"]
+    """Edge-band table (with its per-image values and gains), visual comparison, training curves (when it
+    trains) and residual figure of one dataset."""
+    files = [f"results/tables/edge_band_{ds}.csv", f"results/tables/edge_band_{ds}_stats.csv", f"results/figures/visual_{ds}.png"]
     if "trained_on" not in config["datasets"][ds]:  # no training of its own to plot
         files.append(f"results/figures/training_curves_{ds}.png")
     if gg_dg_pair(config, experiment_methods(config, ds)):
@@ -392,25 +456,29 @@ def _dataset_targets(config: Config, ds: str) -> list[str]:
     return files
 
 
+TABLE_EXPERIMENTS = ("main", "lifting", "defocus", "synthetic_bbbc006", "dpdd", "realdof", "operators", "robustness", "synthetic")
+
+
+def _with_stats(tables: list[str]) -> list[str]:
+    """Each results table and its ``_stats.csv`` (per-image intervals, highlight; dgno.report.comparisons)."""
+    return [f for t in tables for f in (t, t.removesuffix(".csv") + "_stats.csv")]
+
+
 def report_inputs(config: Config) -> list[str]:
-    """Tables, figures and summaries the report's result sections read in this configuration."""
+    """Tables (each with its statistics), figures and summaries the report's sections read in this configuration."""
     experiments = config["experiments"]
     files = ["results/tables/model_summary.csv", "results/tables/edge_band_definition.txt"]
     if "nonblind" in experiments:
-        files += _nonblind_targets(config)
-    files += [f"results/tables/ablation_{name}.csv" for name in config["ablation_runs"]]
+        files += _nonblind_targets(config) + ["results/tables/nonblind_stats.csv"]
+    files += _with_stats([f"results/tables/ablation_{name}.csv" for name in config["ablation_runs"]])
     if "stardist" in experiments:
-        files.append(f"results/tables/stardist_{experiments['stardist']['dataset']}.csv")
-    files += [f"results/tables/{name}.csv" for name in ("main", "lifting", "defocus") if name in experiments]
+        files += _with_stats([f"results/tables/stardist_{experiments['stardist']['dataset']}.csv"])
+    files += _with_stats([f"results/tables/{name}.csv" for name in TABLE_EXPERIMENTS if name in experiments])
     for name in ("dpdd", "realdof"):
         if name in experiments:
             files += experiment_summaries(config, name)
-    if "operators" in experiments:
-        files.append("results/tables/operators.csv")
-    if "robustness" in experiments:
-        files.append("results/tables/robustness.csv")
     if "synthetic" in experiments:
-        files += ["results/tables/synthetic.csv", "results/figures/synthetic_psnr.png"]
+        files.append("results/figures/synthetic_psnr.png")
     for ds in experiment_dataset_set(config):
         files += _dataset_targets(config, ds)
     if reproduction.methods(config):

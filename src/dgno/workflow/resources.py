@@ -51,9 +51,11 @@ PAPER: dict[str, Request] = {
     "nonblind_sensitivity": Request(4, 16000, 960, gpu=True),
     # training and evaluation; 8 threads feed the GPU (crop extraction, augmentation)
     "train": Request(8, 32000, 1440, gpu=True),
+    "train_replicate": Request(8, 32000, 1440, gpu=True),  # a seed replicate of a training (the same job)
     "official_checkpoint": DOWNLOAD,
     "import_official": Request(1, 4000, 30),
     "evaluate": Request(4, 16000, 240, gpu=True),
+    "evaluate_replicate": Request(4, 16000, 240, gpu=True),
     "evaluate_input": Request(2, 8000, 120),
     "evaluate_gumbel": Request(4, 16000, 240, gpu=True),  # one Gumbel-routing repeat of an evaluation
     # StarDist (TensorFlow CPU)
@@ -75,6 +77,7 @@ PAPER: dict[str, Request] = {
     "table_robustness": TABLE,
     "table_experiment": TABLE,
     "table_ablation": TABLE,
+    "claims": TABLE,  # the paper's claims, measured from the tables' per-image files
     "edge_band": Request(2, 8000, 120),  # reads every restored image of a dataset
     "edge_band_definition": TABLE,
     "figure_visual": FIGURE,

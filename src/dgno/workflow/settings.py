@@ -115,3 +115,9 @@ def evaluate_settings(config: Config) -> dict[str, Any]:
 def gumbel_settings(config: Config) -> dict[str, Any]:
     """The evaluation's settings, and the repeats and seed of the authors' Gumbel routing (rule evaluate_gumbel)."""
     return {**evaluate_settings(config), "repeats": config["evaluate"]["gumbel_repeats"], "routing_seed": config["seed"]}
+
+
+def resampling(config: Config) -> dict[str, Any]:
+    """How the tables' and claims' bootstrap intervals are drawn (config ``stats``: coverage, resamples, seed)."""
+    s = config.get("stats", {})
+    return canonical({k: s[k] for k in ("confidence", "n_resamples", "seed") if k in s})
