@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from dgno.experiments import stardist as ds
+from dgno.experiments import stardist_training
 
 
 def _in_ci() -> bool:
@@ -29,7 +30,7 @@ def _in_ci() -> bool:
 def stardist_extra() -> None:
     """Import the extra once (capping TensorFlow's threads first); skip locally / fail in CI without it."""
     try:
-        ds._import_stardist()
+        ds.import_stardist()
     except ds.MissingExtraError as exc:
         if _in_ci():
             pytest.fail(f"StarDist extra missing in CI: {exc}", pytrace=False)
@@ -51,7 +52,7 @@ def trained_model(nuclei_image, tmp_path_factory):
     img, mask = nuclei_image
     out = tmp_path_factory.mktemp("stardist") / "tiny"
     start = time.perf_counter()
-    model, desc = ds.train_stardist(
+    model, desc = stardist_training.train_stardist(
         [img], [mask], out, epochs=10, steps_per_epoch=25, patch=64, seed=0, dataset="stardist test_image_nuclei_2d"
     )
     print(f"\ntiny StarDist trained in {time.perf_counter() - start:.1f} s")
@@ -88,7 +89,7 @@ def test_torch_can_train_after_the_extra_is_loaded(stardist_extra):
     loads the extra through the package, then builds AdamW and takes a step."""
     code = (
         "import dgno.experiments.stardist as ds, torch\n"
-        "ds._import_stardist()\n"
+        "ds.import_stardist()\n"
         "lin = torch.nn.Linear(2, 2)\n"
         "opt = torch.optim.AdamW(lin.parameters())\n"
         "lin(torch.ones(1, 2)).sum().backward(); opt.step()\n"
@@ -199,7 +200,7 @@ def test_model_source_errors_are_actionable(stardist_extra, tmp_path, monkeypatc
     with pytest.raises(RuntimeError, match="network"):
         ds.load_stardist_model("pretrained")
     with pytest.raises(ValueError, match="multiple of 8"):
-        ds.train_stardist(
+        stardist_training.train_stardist(
             [np.zeros((64, 64))],
             [np.zeros((64, 64), int)],
             tmp_path / "m",

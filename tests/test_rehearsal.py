@@ -86,7 +86,8 @@ def stardist_stand_in(folder: Path) -> Path:
     img, mask = make_image(16, "a01", 1, "w1"), make_mask("a01", 1)
     code = textwrap.dedent(f"""
         import numpy as np
-        from dgno.experiments.stardist import PRETRAINED_NAME, train_stardist
+        from dgno.experiments.stardist import PRETRAINED_NAME
+        from dgno.experiments.stardist_training import train_stardist
         img = np.array({img.tolist()}, np.float32); mask = np.array({mask.tolist()}, np.uint16)
         train_stardist([img / img.max()], [mask], {str(folder)!r} + "/" + PRETRAINED_NAME, epochs=1, steps_per_epoch=1,
                        patch=16, seed=0, dataset="rehearsal stand-in", n_rays=8)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from dgno.workflow import plan, settings
+from dgno.workflow import plan, settings, targets
 from dgno.workflow.config import load_config, validate_config
 
 CONFIGS = {"demo": ROOT / "config.yaml", "smoke": ROOT / "tests" / "smoke.yaml", "paper": ROOT / "config" / "paper.yaml"}
@@ -119,31 +119,31 @@ def test_names_and_wildcard_regexes(cfg):
 
 
 def test_report_targets_of_the_smoke_config(cfg):
-    files = plan.report_inputs(cfg["smoke"])
+    files = targets.report_inputs(cfg["smoke"])
     assert len(files) == len(set(files))
     assert {"results/tables/operators.csv", "results/tables/robustness.csv", "results/tables/stardist_nuclei.csv",
             "results/figures/nonblind_sensitivity_nuclei_seidel.png", "results/figures/error_difference_nuclei.png"} <= set(files)  # fmt: skip
     assert "results/tables/main.csv" not in files and not [f for f in files if "ablation_" in f]  # not configured
     assert not [f for f in files if "nuclei_ood" in f]  # the robustness set has its table only
     assert "results/tables/edge_band_nuclei_seidel.csv" not in files  # the non-blind set has its own figures
-    analysis = plan.analysis_report_inputs(cfg["smoke"])
+    analysis = targets.analysis_report_inputs(cfg["smoke"])
     assert "results/tables/lam_nuclei.csv" in analysis and "results/figures/effective_rank_nuclei.png" in analysis
     assert "results/figures/psnr_vs_params.png" not in analysis and "results/figures/runtime_memory.png" not in analysis
-    assert "results/figures/runtime_memory.png" in plan.analysis_report_inputs(cfg["smoke"], ["benchmarks/results/a.json"])
+    assert "results/figures/runtime_memory.png" in targets.analysis_report_inputs(cfg["smoke"], ["benchmarks/results/a.json"])
 
 
 def test_report_targets_of_the_demo_and_paper_configs(cfg):
-    demo = plan.report_inputs(cfg["demo"])
+    demo = targets.report_inputs(cfg["demo"])
     assert {"results/tables/main.csv", "results/tables/defocus.csv", "results/figures/visual_shapes_wide.png"} <= set(demo)
-    assert "results/figures/psnr_vs_params.png" in plan.analysis_report_inputs(cfg["demo"])
-    paper = plan.report_inputs(cfg["paper"])
+    assert "results/figures/psnr_vs_params.png" in targets.analysis_report_inputs(cfg["demo"])
+    paper = targets.report_inputs(cfg["paper"])
     assert len(paper) == len(set(paper))
     assert {f"results/tables/ablation_{a}.csv" for a in ("flux_boundary", "penalty", "element_size_T")} <= set(paper)
     assert {"results/tables/main.csv", "results/tables/lifting.csv", "results/tables/stardist_bbbc006_w1.csv"} <= set(paper)
     assert "results/eval/realdof/dgno-face/real/summary.json" in paper  # the real-defocus section reads summaries
     assert "results/figures/training_curves_realdof.png" not in paper  # evaluated with the DPDD models
     assert "results/figures/error_difference_bbbc006_w2.png" not in paper  # no GG method on w2
-    assert "results/tables/lam_bbbc006_w1.csv" in plan.analysis_report_inputs(cfg["paper"])
+    assert "results/tables/lam_bbbc006_w1.csv" in targets.analysis_report_inputs(cfg["paper"])
 
 
 def test_experiment_summaries_cover_methods_levels_and_the_input_row(cfg):

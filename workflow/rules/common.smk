@@ -12,6 +12,7 @@ from dgno.workflow import reproduction
 from dgno.workflow import replicates
 from dgno.workflow import resources as dgno_resources
 from dgno.workflow import settings
+from dgno.workflow import targets
 from dgno.workflow.config import load_schema, validate_config
 from dgno.workflow.plan import one_of, summaries
 from dgno.workflow.settings import DECONV_LABELS, OPERATOR_MAP_IMAGES, canonical
@@ -86,9 +87,9 @@ lam_level = functools.partial(plan.lam_level, config)
 main_dataset = functools.partial(plan.main_dataset, config)
 paper_cost_methods = functools.partial(plan.paper_cost_methods, config)
 robustness_summaries = functools.partial(plan.robustness_summaries, config)
-report_inputs = functools.partial(plan.report_inputs, config)
+report_inputs = functools.partial(targets.report_inputs, config)
 analysis_report_inputs = functools.partial(
-    plan.analysis_report_inputs, config, BENCH_FILES
+    targets.analysis_report_inputs, config, BENCH_FILES
 )
 method_labels = functools.partial(settings.method_labels, config)
 method_settings = functools.partial(settings.method_settings, config)

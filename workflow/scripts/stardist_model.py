@@ -14,7 +14,8 @@ import _log  # noqa: E402
 _log.redirect(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
 
-from dgno.experiments.stardist import load_stardist_model, train_on_dataset  # noqa: E402
+from dgno.experiments.stardist import load_stardist_model
+from dgno.experiments.stardist_training import train_on_dataset  # noqa: E402
 from dgno.io import write_json  # noqa: E402
 
 spec = sm.params.spec
