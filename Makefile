@@ -32,9 +32,10 @@ report: install
 test: install
 	$(BIN)/python -m pytest
 
-# Every rule of the paper DAG once, on a throw-away single-node SLURM, downloads from loopback (tests/test_rehearsal.py).
+# Every rule of the paper DAG once, on a throw-away single-node SLURM, downloads from loopback (tests/test_rehearsal.py);
+# then the smoke workflow through the slurm profile and the time-limit signal's checkpoint and retry (marker `cluster`).
 rehearsal: install
-	$(BIN)/python -m pytest -m rehearsal -s tests/test_rehearsal.py
+	$(BIN)/python -m pytest -m 'rehearsal or cluster' -s tests/test_rehearsal.py tests/test_slurm_workflow.py tests/test_slurm_signal.py
 
 lint: install
 	$(BIN)/snakemake --lint

@@ -164,6 +164,7 @@ def test_paper_dag_rehearsal(slurm_cluster, rehearsal_server, tmp_path):
     check_training(work, cfg)
     check_analyses(work, summaries)
     check_sensitivity(work, cfg)
+    check_reproduction(work, summaries)
     print(f"rehearsal: {len(expected)} rules, snakemake {run_s:.0f} s, whole test {time.perf_counter() - t0:.0f} s")
 
 
@@ -206,7 +207,15 @@ def check_scores(work: Path) -> dict[tuple[str, str, str], dict]:
 
     summaries = {}
     for path in sorted((work / "results" / "eval").glob("**/summary.json")):
-        dataset, *method, level = path.parent.relative_to(work / "results" / "eval").parts
+        parts = path.parent.relative_to(work / "results" / "eval").parts
+        if parts[-1] == "gumbel":  # the Gumbel repeats' aggregate: checked against its repeats below
+            check_gumbel(path)
+            continue
+        if "gumbel" in parts:  # one Gumbel repeat (…/<level>/gumbel/r<k>): an evaluation like any other
+            dataset, *method, level, _, repeat = parts
+            method = [*method, "gumbel", repeat]
+        else:
+            dataset, *method, level = parts
         summary, per_image = json.loads(path.read_text()), pd.read_csv(path.with_name("per_image.csv"))
         where = f"{path.relative_to(work)}"
         assert sorted(per_image["id"]) == _test_ids(work, dataset) and summary["n_images"] == len(per_image), where
@@ -219,9 +228,26 @@ def check_scores(work: Path) -> dict[tuple[str, str, str], dict]:
                 assert row.psnr == pytest.approx(_psnr(pairs[row.id].blur, pairs[row.id].gt), abs=1e-6), (where, row.id)
     assert len(summaries) >= 30, sorted(summaries)
     for (dataset, method, level), summary in summaries.items():
-        if method != "input":
+        if (dataset, "input", level) not in summaries:  # only the released weights are scored without an input row
+            assert method.split("/")[0].endswith("-authors"), (dataset, method, level)
+        elif method != "input":
             assert abs(summary["psnr"] - summaries[dataset, "input", level]["psnr"]) > 1e-3, (dataset, method, level)
     return summaries
+
+
+def check_gumbel(path: Path) -> None:
+    """The Gumbel aggregate: one row per repeat, each the PSNR its repeat's own summary holds, their mean."""
+    summary = json.loads(path.read_text())
+    repeats = [json.loads((path.parent / f"r{r}" / "summary.json").read_text()) for r in range(1, summary["repeats"] + 1)]
+    assert [row["psnr"] for row in summary["per_repeat"]] == [s["psnr"] for s in repeats], path
+    assert summary["psnr_mean"] == pytest.approx(np.mean([s["psnr"] for s in repeats]), abs=1e-9), path
+
+
+def _tables(work: Path, prefix: str) -> list[Path]:
+    """The tables named ``prefix*.csv``, without their per-image and statistics companions."""
+    found = [p for p in sorted((work / "results" / "tables").glob(f"{prefix}*.csv")) if not p.stem.endswith(("_per_image", "_stats"))]
+    assert found, f"no results/tables/{prefix}*.csv"
+    return found
 
 
 def _rows(work: Path, table: str) -> pd.DataFrame:
@@ -281,13 +307,13 @@ def check_analyses(work: Path, summaries: dict) -> None:
     point of the PSNR-vs-parameters figure is a mean of the main table."""
     from dgno.data.paired import load_pairs
 
-    for path in sorted((work / "results" / "tables").glob("edge_band_*.csv")):
-        rows = pd.read_csv(path).set_index(["dataset", "level", "method", "region"])
-        for (dataset, level, method), part in rows.groupby(level=[0, 1, 2]):
-            px = part["pixels"].droplevel([0, 1, 2])
+    for path in _tables(work, "edge_band_"):
+        rows = pd.read_csv(path).set_index(["dataset", "level", "method", "replicate", "region"])
+        for (dataset, level, method, _), part in rows.groupby(level=[0, 1, 2, 3]):
+            px = part["pixels"].droplevel([0, 1, 2, 3])
             pairs = load_pairs(work / "results" / "data" / dataset, split="test", levels=[level])
             assert px["edge"] + px["interior"] == px["all"] == sum(p.gt.shape[0] * p.gt.shape[1] for p in pairs), (path.name, method)
-            psnr = part["psnr"].droplevel([0, 1, 2])
+            psnr = part["psnr"].droplevel([0, 1, 2, 3])
             if px["interior"] and px["edge"]:
                 assert min(psnr["edge"], psnr["interior"]) - 1e-9 <= psnr["all"] <= max(psnr["edge"], psnr["interior"]) + 1e-9, (path.name, method)
     cost = _rows(work, "cost_vs_resolution")
@@ -298,13 +324,31 @@ def check_analyses(work: Path, summaries: dict) -> None:
     assert {m: int(p) for m, p in cost.groupby("method")["params"].first().items()} == {m: int(summary[m]) for m in set(cost["method"])}
     ranks = pd.concat([pd.read_csv(p) for p in (work / "results" / "tables").glob("effective_rank_*.csv")])
     assert ((ranks["erank"] >= 1) & (ranks["erank"] <= np.minimum(ranks["channels"], ranks["tokens"]))).all(), ranks
-    stardist = pd.concat([pd.read_csv(p) for p in (work / "results" / "tables").glob("stardist_*.csv")])
+    stardist = pd.concat([pd.read_csv(p) for p in _tables(work, "stardist_")])
     assert {"sharp", "blurred"} <= set(stardist["condition"]) and stardist[["ap50", "ap70", "ap90", "map"]].stack().between(0, 1).all()
     measured = _rows(work, "psnr_vs_params").query("kind == 'measured'")
     main = _rows(work, "main")
     for row in measured.itertuples():
         means = main[main["method"] == row.method].groupby("dataset")["psnr"].mean()
         assert any(abs(m - row.psnr) < 1e-9 for m in means), (row, means)
+
+
+def check_reproduction(work: Path, summaries: dict) -> None:
+    """The reproduction table: each measured cell the mean of its evaluations, Δ its difference from the
+    paper, and the verdict "reproduced" exactly where |Δ| is within the tolerance."""
+    rows = _rows(work, "reproduction")
+    measured = rows.dropna(subset=["measured"])
+    assert len(measured) and set(measured["metric"]) >= {"psnr", "ssim"}, rows
+    for row in measured.itertuples():
+        levels = row.levels.split("+")
+        if row.metric in ("psnr", "ssim") and all((row.dataset, row.method, lv) in summaries for lv in levels):
+            per_level = [summaries[row.dataset, row.method, lv] for lv in levels]
+            # RGB data are scored by 8-bit luma PSNR, as the authors did (dgno.report.reproduction)
+            key = "psnr_y8" if row.metric == "psnr" and per_level[0].get("psnr_y8") is not None else row.metric
+            pooled = sum(s[key] * s["n_images"] for s in per_level) / sum(s["n_images"] for s in per_level)
+            assert row.measured == pytest.approx(pooled, abs=1e-9), row
+        assert row.delta == pytest.approx(row.measured - row.paper, abs=1e-9), row
+        assert row.verdict.startswith("reproduced") == (abs(row.delta) <= row.tolerance), row
 
 
 def check_sensitivity(work: Path, cfg: dict) -> None:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 from conftest import ROOT
@@ -34,6 +35,8 @@ RULE_LOG = "results/logs/train/nuclei/gg.log"
 # signal for the checkpoint (under a second) before the kill at the limit.
 RUNTIME_MIN = 3
 SIGNAL_AT_S = 70
+# Minutes of real SLURM (job start, polling, the signal's wait): `make rehearsal` runs it, not `make test`.
+pytestmark = pytest.mark.cluster
 
 
 def _config(tmp_path: Path) -> Path:

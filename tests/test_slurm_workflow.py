@@ -12,11 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 pytest_plugins = ["slurm_cluster"]
 
 from slurm_cluster import terminate_with_parent  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+# Minutes of real SLURM (job start, polling, the signal's wait): `make rehearsal` runs it, not `make test`.
+pytestmark = pytest.mark.cluster
 
 
 def test_smoke_workflow_through_slurm(slurm_cluster, tmp_path):
