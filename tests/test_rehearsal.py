@@ -339,6 +339,7 @@ def check_reproduction(work: Path, summaries: dict) -> None:
     rows = _rows(work, "reproduction")
     measured = rows.dropna(subset=["measured"])
     assert len(measured) and set(measured["metric"]) >= {"psnr", "ssim"}, rows
+    pooled_cells = 0
     for row in measured.itertuples():
         levels = row.levels.split("+")
         if row.metric in ("psnr", "ssim") and all((row.dataset, row.method, lv) in summaries for lv in levels):
@@ -347,8 +348,10 @@ def check_reproduction(work: Path, summaries: dict) -> None:
             key = "psnr_y8" if row.metric == "psnr" and per_level[0].get("psnr_y8") is not None else row.metric
             pooled = sum(s[key] * s["n_images"] for s in per_level) / sum(s["n_images"] for s in per_level)
             assert row.measured == pytest.approx(pooled, abs=1e-9), row
+            pooled_cells += 1
         assert row.delta == pytest.approx(row.measured - row.paper, abs=1e-9), row
         assert row.verdict.startswith("reproduced") == (abs(row.delta) <= row.tolerance), row
+    assert pooled_cells, "no reproduction cell was checked against its evaluations"
 
 
 def check_sensitivity(work: Path, cfg: dict) -> None:
