@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -9,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from dgno.analysis.cost import cost_table
+from dgno.analysis.cost import _forward_flops, cost_table
 from dgno.analysis.rank import dataset_rank_table
 from dgno.analysis.runtime import load_bench_results
 from dgno.io import write_tiff
@@ -29,6 +30,15 @@ def test_cost_table_counts_every_method_and_size():
     assert np.allclose(frame["gmacs"], frame["gflops"] / 2)
     with pytest.raises(ValueError, match="size"):
         cost_table({"gg": {"model": "gg"}}, sizes=[], scale="smoke")
+
+
+def test_dgno_flops_are_counted_from_shapes_on_meta_and_match_a_real_pass():
+    """The float32 islands (SCM, operator assembly) must not refuse the shape-only ``meta`` device: a
+    refusal fell back to a real pass, which on a CPU does not count fused attention (SDPA) at all."""
+    torch.manual_seed(0)
+    model = build_model("dgno-cell", scale="smoke").eval()
+    shapes_only = _forward_flops(copy.deepcopy(model).to("meta"), torch.empty(1, 1, 32, 32, device="meta"))
+    assert shapes_only == _forward_flops(model, torch.rand(1, 1, 32, 32)) > 0
 
 
 def test_published_params_name_their_source_and_never_guess():

@@ -223,7 +223,7 @@ def test_seed_replicates_are_paths_of_their_own_and_tables_read_their_experiment
     assert plan.trained_model(demo, "nuclei", "gg", replicate=1) == "results/train/nuclei/gg/seed=1/model.pt"
     assert replicates.training_seed(demo, 0) == demo["seed"] and replicates.training_seed(demo, 1) == demo["seed"] + 1
     assert plan.edge_band_replicates(demo, "nuclei")["gg"] == [0, 1] and plan.edge_band_replicates(demo, "nuclei")["nafnet"] == [0]
-    assert "results/train/shapes_wide/dgno-cell/seed=1/train_metrics.csv" in plan.training_curves(demo, "shapes_wide")
+    assert "results/train/nuclei/dgno-cell/seed=1/train_metrics.csv" in plan.training_curves(demo, "nuclei")
     with pytest.raises(ValueError, match="authors' weights"):
         plan.trained_model(cfg["paper"], "bbbc006_w1", "dgno-cell-authors", replicate=1)
 

@@ -7,6 +7,7 @@ knowing either class.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable
 
@@ -67,6 +68,17 @@ def at_least_fp32(x: Tensor) -> Tensor:
     normalised result does not inherit that rounding relative to the (larger) mean.
     """
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def full_precision(x: Tensor) -> contextlib.AbstractContextManager:
+    """Autocast switched off on x's device, for work that must stay in float32 (see ``at_least_fp32``).
+
+    On a device without autocast (``meta``, where ``dgno summary`` counts FLOPs from shapes alone)
+    there is nothing to switch off, and ``torch.autocast`` would refuse the device.
+    """
+    if not torch.amp.is_autocast_available(x.device.type):
+        return contextlib.nullcontext()
+    return torch.autocast(x.device.type, enabled=False)
 
 
 class LayerNorm2d(nn.Module):
@@ -160,7 +172,7 @@ class SCM(nn.Module):
         # float32 even under autocast: the instance norm subtracts each channel's mean, and where a
         # channel varies little about a large mean, the bf16 rounding of its conv input (relative
         # 2⁻⁸ of the mean) is amplified by 1/σ (measured: 19 % relative error after SCM on a demo image)
-        with torch.autocast(image.device.type, enabled=False):
+        with full_precision(image):
             return self.body(at_least_fp32(image))
 
 

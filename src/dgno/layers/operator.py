@@ -30,7 +30,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from dgno.choices import check_choice
-from dgno.layers.blocks import at_least_fp32, pad_to_multiple
+from dgno.layers.blocks import at_least_fp32, full_precision, pad_to_multiple
 from dgno.layers.flux import BOUNDARIES, FLUXES, PENALTY_FLUXES, BoundaryName, FluxName, interface_fluxes
 
 VariantName = Literal["face", "cell"]
@@ -94,16 +94,6 @@ def element_faces(t: Tensor) -> Tensor:
     return torch.stack([t[..., 0, :], t[..., -1, :], t[..., :, 0], t[..., :, -1]])
 
 
-def full_precision(x: Tensor) -> torch.autocast:
-    """Autocast switched off for the operator assembly (QKV, per-head norms, Kᵀ V, Q K_e).
-
-    Those are per-pixel normalisations and sums of products over an element (see
-    ``at_least_fp32``); the matrices are d×d with d = C/heads ≤ 12, so float32 costs little.
-    The MLP that follows still runs under autocast.
-    """
-    return torch.autocast(x.device.type, enabled=False)
-
-
 class _ContiguousGrad(torch.autograd.Function):
     """Identity whose backward makes the incoming gradient contiguous.
 
@@ -154,11 +144,11 @@ class _GalerkinLayer(nn.Module, ABC):
         z = _ContiguousGrad.apply(z).view(b, nh, nw, h, d, p1, p2)
         return rearrange(z, "b nh nw h d p1 p2 -> b (h d) (nh p1) (nw p2)")
 
-
     def _apply_operator(self, x: Tensor, q: Tensor, op: Tensor) -> Tensor:
         """out = x + MLP(x + Q K_e);  q (B, nH, nW, h, d, p1, p2), op (B, nH, nW, h, d, d).
 
-        Q K_e in float32 (``full_precision``), the MLP in x's dtype (bf16 under autocast).
+        Q K_e in float32 (``full_precision``): the operator matrices are d×d with d = C/heads ≤ 12, so
+        float32 costs little there. The MLP runs in x's dtype (bf16 under autocast).
         """
         with full_precision(x):
             qk = self._query_times(q, op)
