@@ -33,9 +33,10 @@ test: install
 	$(BIN)/python -m pytest
 
 # Every rule of the paper DAG once, on a throw-away single-node SLURM, downloads from loopback (tests/test_rehearsal.py);
-# then the smoke workflow through the slurm profile and the time-limit signal's checkpoint and retry (marker `cluster`).
+# then the smoke workflow through the slurm profile and the time-limit signal's checkpoint and retry (marker `cluster`),
+# and the `authors` target end to end at toy size (marker `long`).
 rehearsal: install
-	$(BIN)/python -m pytest -m 'rehearsal or cluster' -s tests/test_rehearsal.py tests/test_slurm_workflow.py tests/test_slurm_signal.py
+	$(BIN)/python -m pytest -m 'rehearsal or cluster or long' -s tests/test_rehearsal.py tests/test_slurm_workflow.py tests/test_slurm_signal.py tests/test_authors_workflow.py
 
 lint: install
 	$(BIN)/snakemake --lint

@@ -137,6 +137,7 @@ def release(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.long  # 90 s: in make rehearsal, which runs the same target inside the paper DAG
 def test_authors_target_end_to_end_at_toy_size(tmp_path, release):
     files, options = release
     archives = {"BBBC006.tar.gz": targz_bytes(archive_members()), **broad_zips(), **files}
