@@ -22,6 +22,41 @@ import numpy as np
 IMAGE_SUFFIXES = (".tif", ".tiff", ".png", ".jpg", ".jpeg")
 
 
+# Files that operating systems and archivers leave beside real data and that are never images:
+# macOS AppleDouble forks ("._name.tif") and Finder state, Windows thumbnail caches, and every other
+# dot-file or anything inside a dot-folder or a "__MACOSX" folder (zips made on a Mac).
+_JUNK_NAMES = frozenset({".DS_Store", "Thumbs.db", "ehthumbs.db", "desktop.ini", "Icon\r"})
+_JUNK_FOLDERS = frozenset({"__MACOSX"})
+
+
+def is_hidden(path: str | Path) -> bool:
+    """True for a file that is not data: a dot-file, an OS leftover, or anything under a hidden folder.
+
+    Looks at every part of a *relative* path (an archive member name, or a path below the folder being
+    listed), so ``__MACOSX/x/._a.tif`` and ``.git/a.tif`` are hidden but ``/home/.me/data/a.tif`` given
+    as an absolute path is judged by its last part only.
+    """
+    p = Path(path)
+    parts = (p.name,) if p.is_absolute() else p.parts
+    return any(part in _JUNK_NAMES or part in _JUNK_FOLDERS or (part.startswith(".") and part not in (".", "..")) for part in parts)
+
+
+def visible_files(folder: str | Path, suffixes: tuple[str, ...] = IMAGE_SUFFIXES, *, recursive: bool = False) -> tuple[list[Path], list[Path]]:
+    """(sorted data files with one of ``suffixes``, sorted hidden files skipped) below ``folder``.
+
+    The skipped list is returned so that callers can count it in a manifest or a summary: a user whose
+    archive was packed on a Mac should see "12 hidden files skipped", not a pairing error.
+    """
+    root = Path(folder)
+    found = root.rglob("*") if recursive else root.iterdir()
+    keep, skipped = [], []
+    for path in found:
+        if not path.is_file() or path.suffix.lower() not in suffixes:
+            continue
+        (skipped if is_hidden(path.relative_to(root)) else keep).append(path)
+    return sorted(keep), sorted(skipped)
+
+
 class InputError(ValueError):
     """A user-supplied file is missing, unreadable or unsuitable; the message says which and how to fix it."""
 
