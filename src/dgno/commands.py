@@ -108,7 +108,7 @@ def deblur(args: argparse.Namespace) -> int:
     if summary.failed:
         print(f"{len(summary.failed)} of {summary.total} file(s) failed (errors above)", file=sys.stderr)
     if summary.interrupted:
-        print("interrupted: the files listed as restored are complete; rerun with --skip-existing to go on", file=sys.stderr)
+        print(f"interrupted: the {len(summary.restored)} restored file(s) are complete; rerun with --skip-existing to go on", file=sys.stderr)
         return INTERRUPTED_BY_USER
     return 1 if summary.failed else 0
 
