@@ -179,10 +179,12 @@ def test_png_stays_png_and_jpeg_stays_jpeg(models, tmp_path):
     rgba = RNG.integers(0, 256, (40, 50, 4)).astype(np.uint8)
     (tmp_path / "g.png").write_bytes(imagecodecs.png_encode(gray16))
     (tmp_path / "a.png").write_bytes(imagecodecs.png_encode(rgba))
+    (tmp_path / "la.png").write_bytes(imagecodecs.png_encode(np.ascontiguousarray(rgba[..., 2:])))  # grey + alpha
     (tmp_path / "p.jpg").write_bytes(imagecodecs.jpeg8_encode(np.ascontiguousarray(rgba[..., :3])))
     assert _deblur(tmp_path, tmp_path / "out", models["identity"]) == 0  # a folder: its images
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.png", "g.png", "p.jpg"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.png", "g.png", "la.png", "p.jpg"]
     np.testing.assert_array_equal(imagecodecs.png_decode((tmp_path / "out" / "g.png").read_bytes()), gray16)
     np.testing.assert_array_equal(imagecodecs.png_decode((tmp_path / "out" / "a.png").read_bytes()), rgba)  # alpha untouched
+    np.testing.assert_array_equal(imagecodecs.png_decode((tmp_path / "out" / "la.png").read_bytes()), rgba[..., 2:])
     jpeg = imagecodecs.jpeg8_decode((tmp_path / "out" / "p.jpg").read_bytes())
     assert jpeg.shape == (40, 50, 3) and jpeg.dtype == np.uint8

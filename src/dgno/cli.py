@@ -97,9 +97,10 @@ def _add_deblur(sub) -> None:
         "deblur",
         help="restore your own images (TIFF incl. ImageJ/OME, PNG, JPEG; z-stacks, time series, channels) with a trained model.pt or the authors' released weights",
         description="Restore images with a trained network. Each output keeps its input's file name, container, pixel type and "
-        "value range: a TIFF stays a TIFF with its ImageJ or OME metadata, pixel size and resolution; a PNG stays a PNG; a JPEG "
-        "stays a JPEG (encoded again at quality 95). Stacks are restored plane by plane into the same shape. One file's failure "
-        "never stops the batch. Details: docs/own_images.md",
+        "value range: a TIFF stays a TIFF with its ImageJ or OME metadata, pixel size and resolution; a PNG stays a PNG (8/16-bit); "
+        "a JPEG stays a JPEG (8-bit, encoded again at quality 95); only a pixel type the container cannot hold would be written "
+        "as <name>.tif. Stacks and channels are restored plane by plane into the same shape. Options, device and output folder "
+        "are checked before the first image; one file's failure never stops the batch. Details: docs/own_images.md",
     )
     p.add_argument("inputs", nargs="+", help="image files or folders of them (hidden files such as ._name.tif are skipped)")
     which = p.add_mutually_exclusive_group(required=True)

@@ -26,9 +26,10 @@ from tqdm import tqdm
 from dgno.checkpoint import load_trained
 from dgno.inference import memory, normalisation, preflight
 from dgno.inference.axes import Layout, check_axes_option, check_plane_size, from_planes, resolve_layout, to_planes
+from dgno.inference.cuda_graphs import capturable
 from dgno.inference.evaluate import default_tile_batch, model_restorer
 from dgno.inference.image_files import output_name, read_image_file, write_like
-from dgno.inference.tiling import pass_count
+from dgno.inference.tiling import BLENDS, pass_count
 from dgno.io import IMAGE_SUFFIXES, InputError, visible_files
 
 MIN_SIDE = 8  # below 8 px a plane holds less than one DG element of the paper's networks, and nothing to deblur
@@ -98,6 +99,8 @@ def check_options(options: DeblurOptions) -> DeblurOptions:
     preflight.check_positive("--max-memory", options.max_memory_gb)
     if options.channel is not None and options.channel < 0:
         raise InputError(f"--channel {options.channel}: channels are numbered from 0. Fix: --channel 0 for the first")
+    if options.blend not in BLENDS:
+        raise InputError(f"--blend {options.blend}: allowed: {', '.join(BLENDS)}. Fix: leave it out for the default")
     if options.normalise is not None and options.normalise not in normalisation.NORMALISATIONS:
         raise InputError(f"--normalise {options.normalise}: allowed: {', '.join(normalisation.NORMALISATIONS)}. Fix: leave it out to use the model's own")
     return replace(options, threads=preflight.check_threads(options.threads), axes=check_axes_option(options.axes))
@@ -120,7 +123,8 @@ def expand_inputs(inputs: Sequence[str | Path]) -> tuple[list[Path], list[tuple[
             failures.append((path, f"{path}: file does not exist. Fix: check the path"))
         else:
             files.append(path)
-    unique = list({p.resolve(): p for p in reversed(files)}.values())[::-1]
+    seen: set[Path] = set()
+    unique = [p for p in files if not (p.resolve() in seen or seen.add(p.resolve()))]  # a file named twice, once
     return unique, failures, hidden
 
 
@@ -255,6 +259,8 @@ def _restore_planes(run: _Run, path: Path, planes: np.ndarray, layout: Layout, s
 
         def restore(unit: np.ndarray) -> np.ndarray:
             nonlocal tile
+            if unit.ndim == 3 and unit.shape[-1] == 1:  # grey beside its alpha sample: the network's (H, W)
+                return restore(unit[..., 0])[..., None]
             out, tile = run.restorer(unit, tile, label=str(path), progress=advance)
             if run.restorer.passes(height, width, tile) == 1:  # one pass: the tiler reports no progress
                 bar.update(1)
@@ -297,6 +303,10 @@ def _settle(checkpoint: str | Path, options: DeblurOptions, device: torch.device
     """Load the model and settle its normalisation, minimum plane size and restorer."""
     model, blob = load_trained(checkpoint, device)
     in_channels = int(model.hparams.get("in_channels", 1))
+    if options.cuda_graphs:
+        ok, why = capturable(model, device)
+        if not ok:
+            raise InputError(f"--cuda-graphs: {why}. Fix: leave out --cuda-graphs, or run on a GPU with the triton or mamba_ssm scan")
     try:
         recorded = normalisation.recorded(blob)
     except ValueError as exc:

@@ -238,7 +238,7 @@ def _tiff_options(source: ImageSource, axes: str, shape: tuple[int, ...], channe
     if source.compressed:
         options["compression"] = "zlib"
     same_planes = tuple(shape) == source.shape
-    if source.imagej is not None:
+    if source.imagej is not None and "".join(a for a in "TZCYXS" if a in axes) == axes:  # ImageJ's letters, in its order
         options.update(imagej=True, metadata=_imagej_for_output(source.imagej, axes=axes, channel=channel, same_planes=same_planes))
     elif source.ome is not None:
         planes = int(np.prod([n for a, n in zip(axes, shape) if a not in "YXS"], dtype=np.int64))

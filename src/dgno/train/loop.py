@@ -6,7 +6,8 @@ RNG, torch RNG, config), written atomically every ``checkpoint_every`` iteration
 which is how SLURM announces a time limit or pre-emption (``dgno.train.resume`` decides whether a
 checkpoint belongs to this run). The final ``model.pt`` holds the EMA weights plus the model spec,
 so evaluation and ``dgno deblur`` rebuild the network from the file alone
-(:func:`dgno.checkpoint.load_trained`).
+(:func:`dgno.checkpoint.load_trained`), and the dataset's input normalisation (``"normalise"``, from its
+manifest), which ``dgno deblur`` applies to users' images. Recording it changes no weight and no score.
 
 Crops are cut by a background thread (``prefetch`` batches ahead, ``dgno.train.batches``) so a GPU
 does not wait for numpy. The optimizer step itself, and the levers that speed it up on a GPU
