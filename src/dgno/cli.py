@@ -20,8 +20,9 @@ from dgno.workflow.config import load_config
 
 # Commands that restore users' images on machines shared with other work: their OpenMP threads sleep
 # when idle instead of spinning (OMP_WAIT_POLICY is read once, when torch loads its OpenMP runtime).
-# Spinning threads take the cores other processes need: two 2-thread runs on 2 busy cores took 58 s
-# each where sleeping threads took 7 s (benchmarks/deblur_concurrency.py).
+# Spinning threads take the cores other processes need: two concurrent 2-thread runs on 2 shared cores
+# took 118 s each with spinning threads and 60 s with sleeping ones, the two one after the other 62 s
+# (benchmarks/deblur_concurrency.py, benchmarks/results/deblur_concurrency.json).
 PASSIVE_THREAD_COMMANDS = frozenset({"deblur"})
 
 
@@ -118,7 +119,7 @@ def _add_deblur(sub) -> None:
     p.add_argument("--overlap", type=int, help="tile overlap in pixels (default 64; the authors' weights: 32)")
     p.add_argument("--blend", choices=["ramp", "crossfade"], help="tile blending (default ramp; the authors' weights: crossfade, as their test network)")
     p.add_argument("--max-memory", type=float, metavar="GIB", help="memory one pass may use, in GiB (default: half the memory available at the start; on a GPU 80%% of its free memory)")
-    p.add_argument("--threads", type=int, help="CPU threads (default: $OMP_NUM_THREADS, else the CPUs this process may use); two runs at once: give each half")
+    p.add_argument("--threads", type=int, help="CPU threads (default: $OMP_NUM_THREADS, else the CPUs this process may use)")
     p.add_argument("--normalise", choices=["minmax", "dtype"], help="intensity scaling into the network (default: the one the model was trained with, recorded in its file)")
     p.add_argument("--channel", type=int, metavar="N", help="restore only channel N (from 0) of multi-channel images; the output holds that channel")
     p.add_argument("--axes", help="the images' axes in tifffile letters when the file's own are missing or wrong, e.g. ZYX (z-stack), SYX (channel-first RGB), ZCYX")

@@ -196,7 +196,7 @@ class PlaneRestorer:
         pixels = height * width if one_pass else wanted * wanted
         if pixels * batch * self.bytes_per_pixel() + buffers <= self.budget:
             return wanted
-        cap = max(memory.tile_cap(self.bytes_per_pixel(), self.budget, tile_batch=self.tile_batch, buffers=buffers), -(-(overlap + 1) // 32) * 32)
+        cap = max(memory.tile_cap(self.bytes_per_pixel(), self.budget, tile_batch=self.tile_batch, buffers=buffers), -(-(overlap + 1) // memory.TILE_MULTIPLE) * memory.TILE_MULTIPLE)
         asked = f"one pass over {height}×{width} px" if one_pass else f"{wanted}-px tiles ({self.tile_batch} per pass)"
         self._say_once(f"note: {asked} would need about {(pixels * batch * self.bytes_per_pixel() + buffers) / 2**30:.1f} GiB, more than the budget of {self.budget / 2**30:.1f} GiB; using {cap}-px tiles (--max-memory sets the budget)")
         return cap
