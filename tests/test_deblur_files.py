@@ -188,3 +188,23 @@ def test_png_stays_png_and_jpeg_stays_jpeg(models, tmp_path):
     np.testing.assert_array_equal(imagecodecs.png_decode((tmp_path / "out" / "la.png").read_bytes()), rgba[..., 2:])
     jpeg = imagecodecs.jpeg8_decode((tmp_path / "out" / "p.jpg").read_bytes())
     assert jpeg.shape == (40, 50, 3) and jpeg.dtype == np.uint8
+
+
+def test_imagej_rgb_stack_and_compressed_tiffs_keep_their_layout(models, tmp_path):
+    rgb_stack = RNG.integers(0, 256, (3, 40, 50, 3)).astype(np.uint8)
+    tifffile.imwrite(tmp_path / "rgb_stack.tif", rgb_stack, imagej=True, metadata={"axes": "ZYXS", "unit": "um"}, resolution=(2.0, 2.0))
+    gray = RNG.integers(0, 4096, (40, 50)).astype(np.uint16)
+    tifffile.imwrite(tmp_path / "lzw.tif", gray, compression="lzw")
+    assert _deblur([tmp_path / "rgb_stack.tif", tmp_path / "lzw.tif"], tmp_path / "out", models["identity"]) == 0
+    with tifffile.TiffFile(tmp_path / "out" / "rgb_stack.tif") as tif:
+        assert tif.is_imagej and tif.series[0].axes == "ZYXS" and int(tif.pages[0].photometric) == 2
+        assert tif.imagej_metadata["unit"] == "um" and tif.pages[0].resolution == (2.0, 2.0)
+        np.testing.assert_array_equal(tif.asarray(), rgb_stack)
+    with tifffile.TiffFile(tmp_path / "out" / "lzw.tif") as tif:
+        assert int(tif.pages[0].compression) != 1 and np.array_equal(tif.asarray(), gray)  # compressed again, losslessly
+
+
+def test_a_grey_image_into_an_rgb_network_is_refused_by_name(models, tmp_path, capsys):
+    tifffile.imwrite(tmp_path / "grey.tif", RNG.integers(0, 4096, (40, 50)).astype(np.uint16))
+    assert _deblur(tmp_path / "grey.tif", tmp_path / "out", models["rgb"]) == 1
+    assert "grey.tif: a grayscale image (1 channel(s)), but model rgb.pt restores 3-channel images" in capsys.readouterr().err

@@ -122,3 +122,9 @@ def test_project_checkpoints_keep_their_per_channel_rgb_restoration(tmp_path):
     rgb = tmp_path / "rgb.tif"
     tifffile.imwrite(rgb, (np.random.default_rng(1).random((40, 50, 3)) * 255).astype(np.uint8))
     assert deblur_files([rgb], tmp_path / "out", checkpoint=ckpt, tile=None, device="cpu") == []
+
+
+def test_options_are_checked_before_any_download(env, tmp_path, capsys):
+    args = ["deblur", str(tmp_path / "x.tif"), "--official", NAME, "--output", str(tmp_path / "o"), "--device", "cpu"]
+    assert main([*args, "--tile", "0"]) == 2
+    assert "--tile 0" in capsys.readouterr().err and not env.served(f"{NAME}.pth")

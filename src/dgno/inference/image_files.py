@@ -9,12 +9,12 @@ describing how it was stored; :func:`write_like` writes an array of the same lay
   properties) through tifffile's ImageJ writer, and the resolution tags (the pixel size).
 * OME-TIFF: the input's OME-XML itself (pixel sizes and units, channel names and colours, plane
   positions, instrument, annotations), with only what describes the file's layout rewritten: the
-  ``TiffData`` (one block of planes in this file), a new ``UUID``, other images of a multi-image file
+  ``TiffData`` (one block of planes in this file), a fresh ``UUID``, other images of a multi-image file
   dropped, and the channels when one is chosen. Non-ASCII characters (µm) become XML character references,
   since TIFF strings are 7-bit.
 * Other TIFFs: resolution tags, photometric (RGB or grey), planar layout, the ImageDescription text,
   tifffile's own shape record; lossless zlib compression when the input was compressed at all.
-* PNG stays PNG (8/16-bit); JPEG stays JPEG (8-bit, quality 95, a new lossy encoding); another pixel type
+* PNG stays PNG (8/16-bit); JPEG stays JPEG (8-bit, quality 95, one more lossy encoding); another pixel type
   (never read from such files, but an array may carry one) goes to a TIFF named ``<stem>.tif``.
   PNG and JPEG carry no microscope metadata worth keeping.
 """
@@ -200,6 +200,15 @@ def ome_for_output(xml: str, *, planes: int, channel: int | None = None) -> str:
     return ET.tostring(root, encoding="us-ascii", xml_declaration=True).decode("ascii")
 
 
+def _ome_or_none(xml: str, axes: str, shape: tuple[int, ...], channel: int | None) -> str | None:
+    """:func:`ome_for_output`, or None for OME-XML that does not parse (the file is then written with its axes only)."""
+    planes = int(np.prod([n for a, n in zip(axes, shape) if a not in "YXS"], dtype=np.int64))
+    try:
+        return ome_for_output(xml, planes=planes, channel=channel)
+    except (ET.ParseError, ValueError):
+        return None
+
+
 def _imagej_for_output(metadata: dict[str, Any], *, axes: str, channel: int | None, same_planes: bool) -> dict[str, Any]:
     """The input's ImageJ metadata for the restored array: derived keys dropped, per-channel lists cut."""
     kept = {k: v for k, v in metadata.items() if k not in _IMAGEJ_DERIVED}
@@ -240,10 +249,9 @@ def _tiff_options(source: ImageSource, axes: str, shape: tuple[int, ...], channe
     same_planes = tuple(shape) == source.shape
     if source.imagej is not None and "".join(a for a in "TZCYXS" if a in axes) == axes:  # ImageJ's letters, in its order
         options.update(imagej=True, metadata=_imagej_for_output(source.imagej, axes=axes, channel=channel, same_planes=same_planes))
-    elif source.ome is not None:
-        planes = int(np.prod([n for a, n in zip(axes, shape) if a not in "YXS"], dtype=np.int64))
-        options.update(description=ome_for_output(source.ome, planes=planes, channel=channel), metadata=None)
-    elif source.shaped or set(axes) - set("YXSIQ"):  # tifffile's shape record keeps named axes (a vendor format's Z, C, T)
+    elif source.ome is not None and (xml := _ome_or_none(source.ome, axes, shape, channel)) is not None:
+        options.update(description=xml, metadata=None)
+    elif source.shaped or source.ome is not None or set(axes) - set("YXSIQ"):  # tifffile's shape record keeps named axes (a vendor format's Z, C, T)
         options["metadata"] = {"axes": axes} if set(axes) - set("YXSIQ") else {}
     else:
         options.update(metadata=None, description=source.description if source.description and source.description.isascii() else None)
