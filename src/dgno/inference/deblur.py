@@ -270,7 +270,8 @@ def _restore_planes(run: _Run, path: Path, planes: np.ndarray, layout: Layout, s
             try:
                 unit, scaling = normalisation.normalise(plane, run.normalise, significant_bits=significant_bits)
             except ValueError as exc:
-                raise InputError(f"{path}: plane {i}: {exc}. Fix: export the image without NaN/Inf values") from None
+                fix = "export the image without NaN/Inf values" if "NaN" in str(exc) else "save it as integers or floats"
+                raise InputError(f"{path}: plane {i}: {exc}. Fix: {fix}") from None
             fallback = fallback or scaling.fallback
             out = np.stack([restore(unit[..., k]) for k in range(samples)], axis=-1) if layout.per_sample else restore(unit)
             restored[i] = normalisation.from_unit(out, scaling)
@@ -337,8 +338,8 @@ def deblur_batch(inputs: Sequence[str | Path], output_dir: str | Path, *, checkp
     """Restore every input (files and folders) into ``output_dir``; one file's failure never stops the rest.
 
     Raises InputError only before the first image (options, device, output folder, model file).
-    Ctrl-C stops after the file being written, whose output is never left half-written; the summary
-    says ``interrupted``.
+    Ctrl-C stops the batch at once; the file being restored is not written (outputs are written whole
+    or not at all) and the summary says ``interrupted``.
     """
     start = time.perf_counter()
     options = check_options(options)
