@@ -34,14 +34,21 @@ def test_16bit_frame_round_trips_dtype_and_shape(checkpoint, tmp_path):
     assert out.dtype == np.uint16 and out.shape == (520, 696)
 
 
-def test_rgb_8bit_png_is_restored_per_channel(checkpoint, tmp_path):
+def test_rgb_8bit_png_is_restored_per_channel_into_a_png(checkpoint, tmp_path):
+    import imagecodecs
     import skimage.io
 
     rgb = (np.random.default_rng(1).random((40, 50, 3)) * 255).astype(np.uint8)
     skimage.io.imsave(tmp_path / "rgb.png", rgb, check_contrast=False)
     assert deblur_files([tmp_path / "rgb.png"], tmp_path / "out", checkpoint=checkpoint, tile=None, device="cpu") == []
-    out = tifffile.imread(tmp_path / "out" / "rgb.tif")
+    out = imagecodecs.png_decode((tmp_path / "out" / "rgb.png").read_bytes())
     assert out.dtype == np.uint8 and out.shape == (40, 50, 3)
+
+
+def test_training_records_the_datasets_normalisation(checkpoint):
+    """model.pt and checkpoint.pt say how the network saw intensities (no manifest: by dtype), for dgno deblur."""
+    assert torch.load(checkpoint, weights_only=True)["normalise"] == "dtype"
+    assert torch.load(checkpoint.parent / "checkpoint.pt", weights_only=True)["normalise"] == "dtype"
 
 
 def test_bad_files_are_named_and_the_rest_processed(checkpoint, tmp_path, capsys):
@@ -71,24 +78,25 @@ def test_one_tile_equals_untiled(checkpoint):
 
 
 def test_never_overwrites_an_input_nor_writes_two_inputs_to_one_file(checkpoint, tmp_path, capsys):
-    folder = tmp_path / "imgs"
+    folder, other = tmp_path / "imgs", tmp_path / "more"
     folder.mkdir()
-    tif, png, other = folder / "a.tif", folder / "a.png", folder / "b.png"
+    other.mkdir()
+    tif, png, twin = folder / "a.tif", folder / "a.png", other / "a.tif"
     tifffile.imwrite(tif, np.full((40, 40), 1234, np.uint16))
+    tifffile.imwrite(twin, np.full((40, 40), 99, np.uint16))
     import skimage.io
 
-    for path in (png, other):
-        skimage.io.imsave(path, np.full((40, 40), 7, np.uint8), check_contrast=False)
+    skimage.io.imsave(png, np.full((40, 40), 7, np.uint8), check_contrast=False)
     before = tif.read_bytes()
-    # output folder = input folder: a.tif (and a.png, whose output is a.tif) would overwrite a.tif
-    code = main(["deblur", str(tif), str(png), str(other), "--checkpoint", str(checkpoint), "--output", str(folder), "--device", "cpu"])
+    # output folder = input folder: every output would replace its own input
+    code = main(["deblur", str(tif), str(png), "--checkpoint", str(checkpoint), "--output", str(folder), "--device", "cpu"])
     err = capsys.readouterr().err
-    assert code == 1 and tif.read_bytes() == before
+    assert code == 1 and tif.read_bytes() == before and sorted(p.name for p in folder.iterdir()) == ["a.png", "a.tif"]
     assert "a.tif: its output" in err and "would overwrite the input file" in err and "a.png: its output" in err
-    assert (folder / "b.tif").exists()  # the rest is processed
-    # another folder: a.tif and a.png both map to a.tif; the second is refused by name
-    failures = deblur_files([tif, png], tmp_path / "out", checkpoint=checkpoint, device="cpu")
-    assert [p for p, _ in failures] == [png] and "is also the output of" in failures[0][1]
+    # another folder: a.png keeps its name beside a.tif; the a.tif of a second folder is refused by name
+    failures = deblur_files([tif, png, twin], tmp_path / "out", checkpoint=checkpoint, device="cpu")
+    assert [p for p, _ in failures] == [twin] and "is also the output of" in failures[0][1]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.png", "a.tif"]
     assert tifffile.imread(tmp_path / "out" / "a.tif").dtype == np.uint16  # written from a.tif
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tifffile
+import torch
 from fixtures_http import serve
 from fixtures_official import toy_release
 
@@ -62,7 +63,8 @@ def test_official_downloads_once_imports_once_and_restores(env, release, tmp_pat
     assert out.dtype == np.uint16 and out.shape == before.shape and before.min() <= out.min() and out.max() <= before.max()
     assert np.array_equal(out, tifffile.imread(tmp_path / "out2" / "cells.tif"))
     # the authors' protocol: per-image min-max in, mapped back out; 512-px tiles, 32 px cross-fade
-    model, _ = load_trained(imported[0])
+    model, blob = load_trained(imported[0])
+    assert blob["normalise"] == "minmax"  # the import records the BBBC006 networks' normalisation
     unit = (before - before.min()) / float(before.max() - before.min())
     expected = model_restorer(model, __import__("torch").device("cpu"), tile=512, overlap=32, blend="crossfade")(unit.astype(np.float32))
     assert np.abs(out.astype(float) - (expected * (before.max() - before.min()) + before.min())).max() <= 1.0
@@ -106,7 +108,7 @@ def test_an_unknown_release_name_lists_the_released_ones(env, tmp_path, capsys):
 
 
 def test_project_checkpoints_keep_their_per_channel_rgb_restoration(tmp_path):
-    """A project model.pt restores RGB channel by channel as before (no strict channels, dtype scaling)."""
+    """A project model.pt restores RGB channel by channel (no strict channels, the normalisation it records)."""
     from conftest import write_tiny_dataset
 
     from dgno.train import ModelChoice, TrainConfig, train
@@ -115,7 +117,14 @@ def test_project_checkpoints_keep_their_per_channel_rgb_restoration(tmp_path):
     cfg = TrainConfig.from_dict(dict(iterations=1, batch_size=1, patch_size=32, val_every=10, log_every=1, checkpoint_every=10, device="cpu"))
     ckpt = train(data, tmp_path / "run", model_choice=ModelChoice(name="lg", scale="smoke"), levels=["a"], cfg=cfg, progress=False)
     how = official.local(ckpt)
-    assert not how.strict_channels and how.normalise == "dtype" and how.blend == "ramp"
+    assert not how.strict_channels and how.normalise is None and how.blend == "ramp"  # None: as model.pt records
+    assert torch.load(ckpt, weights_only=True)["normalise"] == "dtype"  # the tiny dataset has no manifest
     rgb = tmp_path / "rgb.tif"
     tifffile.imwrite(rgb, (np.random.default_rng(1).random((40, 50, 3)) * 255).astype(np.uint8))
     assert deblur_files([rgb], tmp_path / "out", checkpoint=ckpt, tile=None, device="cpu") == []
+
+
+def test_options_are_checked_before_any_download(env, tmp_path, capsys):
+    args = ["deblur", str(tmp_path / "x.tif"), "--official", NAME, "--output", str(tmp_path / "o"), "--device", "cpu"]
+    assert main([*args, "--tile", "0"]) == 2
+    assert "--tile 0" in capsys.readouterr().err and not env.served(f"{NAME}.pth")

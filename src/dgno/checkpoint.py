@@ -27,6 +27,15 @@ from dgno.models.registry import build_model
 CHECKPOINT_VERSION = 1
 
 
+def released_normalisation(in_channels: int) -> str:
+    """The input normalisation of the authors' networks, by kind (recorded as a model file's ``"normalise"``).
+
+    Their BBBC006 networks (1 channel) were trained on each image scaled by its own minimum and maximum,
+    their 3DHistech networks (RGB) on 8-bit values / 255 (``dgno.inference.normalisation``).
+    """
+    return "minmax" if int(in_channels) == 1 else "dtype"
+
+
 def pick_device(name: str) -> torch.device:
     """'auto' → CUDA when available, else CPU."""
     if name == "auto":
@@ -151,6 +160,7 @@ def import_official(
         "spec": {"name": name, "scale": "paper", "hparams": model.hparams, "overrides": overrides},
         "state_dict": model.state_dict(),
         "weights_sha256": weights_digest(model.state_dict()),
+        "normalise": released_normalisation(channels),
         "official": {
             "checkpoint": str(checkpoint),
             "checkpoint_sha256": sha256_file(checkpoint),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from dgno.data.check import data_check
@@ -17,9 +18,18 @@ from dgno.io import InputError
 from dgno.report.build import build_report
 from dgno.workflow.config import load_config
 
+# Commands that restore users' images on machines shared with other work: their OpenMP threads sleep
+# when idle instead of spinning (OMP_WAIT_POLICY is read once, when torch loads its OpenMP runtime).
+# Spinning threads take the cores other processes need: two concurrent 2-thread runs on 2 shared cores
+# took 118 s each with spinning threads and 60 s with sleeping ones, the two one after the other 62 s
+# (benchmarks/deblur_concurrency.py, benchmarks/results/deblur_concurrency.json).
+PASSIVE_THREAD_COMMANDS = frozenset({"deblur"})
+
 
 def _run_command(args: argparse.Namespace) -> int:
     """Run a sub-command of :mod:`dgno.commands` (the function named like the command)."""
+    if args.command in PASSIVE_THREAD_COMMANDS:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from dgno import commands  # torch and matplotlib take seconds to import: only when a command needs them
 
     return getattr(commands, args.command.replace("-", "_"))(args)
@@ -83,10 +93,17 @@ def _add_model_commands(sub) -> None:
     p.set_defaults(func=_run_command)
 
 
-def _add_image_commands(sub) -> None:
-    """deblur, lam, import-official."""
-    p = sub.add_parser("deblur", help="restore your own TIFF/PNG images with a trained model.pt or the authors' released weights")
-    p.add_argument("inputs", nargs="+", help="image files (8/16-bit grayscale or RGB TIFF/PNG)")
+def _add_deblur(sub) -> None:
+    p = sub.add_parser(
+        "deblur",
+        help="restore your own images (TIFF incl. ImageJ/OME, PNG, JPEG; z-stacks, time series, channels) with a trained model.pt or the authors' released weights",
+        description="Restore images with a trained network. Each output keeps its input's file name, container, pixel type and "
+        "value range: a TIFF stays a TIFF with its ImageJ or OME metadata, pixel size and resolution; a PNG stays a PNG (8/16-bit); "
+        "a JPEG stays a JPEG (8-bit, encoded again at quality 95); only a pixel type the container cannot hold would be written "
+        "as <name>.tif. Stacks and channels are restored plane by plane into the same shape. Options, device and output folder "
+        "are checked before the first image; one file's failure never stops the batch. Details: docs/own_images.md",
+    )
+    p.add_argument("inputs", nargs="+", help="image files or folders of them (hidden files such as ._name.tif are skipped)")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", help="a model.pt (dgno train / import-official) or an authors' checkpoint .pth (detected from the file)")
     which.add_argument(
@@ -96,15 +113,26 @@ def _add_image_commands(sub) -> None:
         "(default ~/.cache/dgno/official) and restored with their tile protocol",
     )
     p.add_argument("--options", help="the authors' option file (options/DGNO_*.yml) of an authors' checkpoint whose name is not a released one")
-    p.add_argument("--output", required=True, help="output directory (same file names, same dtype)")
-    p.add_argument("--tile", type=int, help="tile size for large images (default 512)")
+    p.add_argument("--output", required=True, help="output folder, created if needed: the same file names, containers, dtypes and metadata as the inputs")
+    p.add_argument("--skip-existing", action="store_true", help="leave inputs whose output is already in --output (to resume a stopped batch); by default outputs are replaced")
+    p.add_argument("--tile", type=int, help="tile side in px (default 512); lowered when a pass would not fit the memory budget")
     p.add_argument("--overlap", type=int, help="tile overlap in pixels (default 64; the authors' weights: 32)")
     p.add_argument("--blend", choices=["ramp", "crossfade"], help="tile blending (default ramp; the authors' weights: crossfade, as their test network)")
+    p.add_argument("--max-memory", type=float, metavar="GIB", help="memory one pass may use, in GiB (default: half the memory available at the start; on a GPU 80%% of its free memory)")
+    p.add_argument("--threads", type=int, help="CPU threads (default: $OMP_NUM_THREADS, else the CPUs this process may use)")
+    p.add_argument("--normalise", choices=["minmax", "dtype"], help="intensity scaling into the network (default: the one the model was trained with, recorded in its file)")
+    p.add_argument("--channel", type=int, metavar="N", help="restore only channel N (from 0) of multi-channel images; the output holds that channel")
+    p.add_argument("--axes", help="the images' axes in tifffile letters when the file's own are missing or wrong, e.g. ZYX (z-stack), SYX (channel-first RGB), ZCYX")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--tile-batch", type=int, help="tiles per forward pass (default: 8 on a GPU, 1 on a CPU)")
     p.add_argument("--cuda-graphs", action="store_true", help="replay the forward pass from CUDA graphs (GPU; needs the triton or mamba_ssm scan)")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the forward pass")
     p.set_defaults(func=_run_command)
+
+
+def _add_image_commands(sub) -> None:
+    """deblur, lam, import-official."""
+    _add_deblur(sub)
 
     p = sub.add_parser("lam", help="local attribution maps: which input pixels trained models use for one output window of your image")
     p.add_argument("image", help="blurred image (8/16-bit grayscale or RGB TIFF/PNG)")
@@ -185,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except KeyboardInterrupt:
+        print(f"dgno {args.command}: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -18,14 +18,17 @@ from dgno.analysis.bench import bench_forward, bench_train, write_results
 from dgno.analysis.cost import summary_rows
 from dgno.analysis.lam import image_lam
 from dgno.checkpoint import import_official as import_official_checkpoint
-from dgno.inference import official
-from dgno.inference.deblur import deblur_files
+from dgno.inference import official, preflight
+from dgno.inference.deblur import DeblurOptions, deblur_batch
+from dgno.inference.deblur import check_options as check_deblur_options
 from dgno.inference.evaluate import evaluate_checkpoint
 from dgno.io import InputError, write_csv
 from dgno.report.figures import lam_maps
 from dgno.train import INTERRUPTED_EXIT, Interrupted, ModelChoice, TrainConfig
 from dgno.train import train as train_model
 from dgno.workflow.config import load_config
+
+INTERRUPTED_BY_USER = 130  # the shell's status for a command stopped by Ctrl-C (128 + SIGINT)
 
 
 def train(args: argparse.Namespace) -> int:
@@ -74,28 +77,40 @@ def summary(args: argparse.Namespace) -> int:
     return 0
 
 
-def deblur(args: argparse.Namespace) -> int:
-    how = official.released(args.official, options=args.options) if args.official else official.local(args.checkpoint, options=args.options)
-    failures = deblur_files(
-        args.inputs,
-        args.output,
-        checkpoint=how.model,
-        tile=args.tile if args.tile is not None else how.tile,
-        overlap=args.overlap if args.overlap is not None else how.overlap,
-        blend=args.blend or how.blend,
-        normalise=how.normalise,
-        strict_channels=how.strict_channels,
-        model_name=how.name,
-        device=args.device,
+def _deblur_options(args: argparse.Namespace, how: official.Restoration | None) -> DeblurOptions:
+    """The command line's options; without ``how`` (the model not resolved yet) only what the user gave."""
+    return DeblurOptions(
+        tile=args.tile if args.tile is not None or how is None else how.tile,
+        overlap=args.overlap if args.overlap is not None else (how.overlap if how else 0),
+        blend=args.blend or (how.blend if how else "ramp"),
         tile_batch=args.tile_batch,
         cuda_graphs=args.cuda_graphs,
         bf16=args.bf16,
+        normalise=args.normalise or (how.normalise if how else None),
+        strict_channels=bool(how and how.strict_channels),
+        channel=args.channel,
+        axes=args.axes,
+        threads=args.threads,
+        max_memory_gb=args.max_memory,
+        skip_existing=args.skip_existing,
+        model_name=how.name if how else None,
     )
-    for _path, message in failures:
-        print(f"error: {message}", file=sys.stderr)
-    if failures:
-        print(f"{len(failures)} of {len(args.inputs)} file(s) failed", file=sys.stderr)
-    return 1 if failures else 0
+
+
+def deblur(args: argparse.Namespace) -> int:
+    # Options, device and output folder first: a mistake there is said before any download or image.
+    check_deblur_options(_deblur_options(args, None))
+    preflight.check_device(args.device)
+    preflight.prepare_output_dir(args.output)
+    how = official.released(args.official, options=args.options) if args.official else official.local(args.checkpoint, options=args.options)
+    summary = deblur_batch(args.inputs, args.output, checkpoint=how.model, device=args.device, options=_deblur_options(args, how))
+    print(summary.line())
+    if summary.failed:
+        print(f"{len(summary.failed)} of {summary.total} file(s) failed (errors above)", file=sys.stderr)
+    if summary.interrupted:
+        print(f"interrupted: the {len(summary.restored)} restored file(s) are complete; rerun with --skip-existing to go on", file=sys.stderr)
+        return INTERRUPTED_BY_USER
+    return 1 if summary.failed else 0
 
 
 def lam(args: argparse.Namespace) -> int:

@@ -1,83 +1,145 @@
-"""Apply a trained model to a microscopist's own images (``dgno deblur``).
+"""Apply a trained model to a microscopist's own images (``dgno deblur``): a batch that never dies on one file.
 
-Images keep their dtype, channel layout and value range: an 8/16-bit input is scaled to [0, 1]
-by its dtype maximum, restored, and written back in the same dtype, so downstream tools see a
-file of the same kind. RGB images are restored per channel by a 1-channel model (or jointly by a
-3-channel one). One bad file never stops the batch: its error is collected and reported.
+Before the first image, everything that does not depend on one image is checked (options, device,
+output folder: ``dgno.inference.preflight``) and the model is loaded. Then each file is read with its
+layout and metadata (``dgno.inference.image_files``), cut into the 2-D planes the network restores
+(``dgno.inference.axes``: z-stacks, time series, channels, channel-first colour), each plane scaled to
+[0, 1] as the network was trained (``dgno.inference.normalisation``, recorded in the model file),
+restored by tiles that fit the memory budget (``dgno.inference.memory``), mapped back to the plane's own
+range and dtype, and written with the input's name, container and metadata. Any failure of one file,
+reading, restoring or writing, becomes that file's one-line error and the batch goes on; the caller
+gets a :class:`BatchSummary` (restored, skipped, failed, time). Details for users: docs/own_images.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+import torch
 from tqdm import tqdm
 
-from dgno.checkpoint import load_trained, pick_device
+from dgno.checkpoint import load_trained
+from dgno.inference import memory, normalisation, preflight
+from dgno.inference.axes import Layout, check_axes_option, check_plane_size, from_planes, resolve_layout, to_planes
+from dgno.inference.cuda_graphs import capturable
 from dgno.inference.evaluate import default_tile_batch, model_restorer
-from dgno.io import InputError, read_raw_image, to_unit_float, write_tiff
+from dgno.inference.image_files import output_name, read_image_file, write_like
+from dgno.inference.tiling import BLENDS, pass_count
+from dgno.io import IMAGE_SUFFIXES, InputError, visible_files
+
+MIN_SIDE = 8  # below 8 px a plane holds less than one DG element of the paper's networks, and nothing to deblur
+PROGRESS_DELAY_S = 2.0  # bars appear only for work that takes longer: no flicker over a batch of small images
+Report = Callable[[str], None]
 
 
-def _channel_refusal(path: Path, channels: int, in_channels: int, model_name: str) -> InputError:
-    """An image whose channel count does not fit the model: named, with the model and the fix."""
-    kind = {1: "grayscale", 3: "RGB"}.get(channels, f"{channels}-channel")
-    if in_channels == 1:
-        fix = "pass a single-channel image (e.g. the nuclear stain's channel, or the image converted to grayscale), or a 3-channel model (DGNO_3DHistech_Cell / DGNO_3DHistech_Face) for RGB"
-    else:
-        fix = "pass an RGB image, or a 1-channel model (DGNO_BBBC006_w1_Cell, ..._w2_Face ...) for grayscale fluorescence"
-    return InputError(f"{path}: a {kind} image ({channels} channel(s)), but model {model_name} restores {in_channels}-channel images. Fix: {fix}")
+def report_to_stderr(line: str) -> None:
+    """One console line (errors and notes), printed above any progress bar."""
+    tqdm.write(line, file=sys.stderr)
 
 
-def _to_unit(raw: np.ndarray, path: Path, normalise: str) -> tuple[np.ndarray, tuple[float, float] | None]:
-    """The image in [0, 1] (colour channels only) and, for ``minmax``, the (min, max) to map the result back."""
-    if normalise != "minmax":
-        img = to_unit_float(raw, path=path)
-        return (img[..., :3] if img.ndim == 3 and img.shape[-1] == 4 else img), None
-    x = raw[..., :3].astype(np.float64) if raw.ndim == 3 and raw.shape[-1] == 4 else raw.astype(np.float64)
-    lo, hi = float(x.min()), float(x.max())
-    return ((x - lo) / (hi - lo) if hi > lo else np.zeros_like(x)).astype(np.float32), (lo, hi)
+@dataclass(frozen=True)
+class DeblurOptions:
+    """How ``dgno deblur`` restores (its command-line options; docs/own_images.md).
 
-
-def _restore_array(raw: np.ndarray, restore, in_channels: int, path: Path, *, normalise: str = "dtype", strict_channels: bool = False, model_name: str = "") -> np.ndarray:
-    """Restore one stored image (any dtype) and return it in the same dtype and shape.
-
-    ``normalise`` "minmax": the image is scaled by its own minimum and maximum (the authors' BBBC006
-    protocol) and the result mapped back to that range. ``strict_channels``: a 1-channel model refuses
-    RGB instead of restoring each colour channel apart (the authors' networks saw one kind of image).
+    ``tile`` None: one pass per plane when it fits the memory budget. ``normalise`` None: as the model
+    file records. ``strict_channels``: a 1-channel model refuses several channels unless ``channel``
+    picks one (the authors' networks). ``axes``: tifffile letters replacing the file's own.
     """
-    img, span = _to_unit(raw, path, normalise)
-    channels = 1 if img.ndim == 2 else img.shape[-1]
-    if channels == in_channels:
-        out = restore(img)
-    elif in_channels == 1 and channels == 3 and not strict_channels:
-        out = np.stack([restore(img[..., c]) for c in range(3)], axis=-1)
-    else:
-        raise _channel_refusal(path, channels, in_channels, model_name or "this checkpoint")
-    out = np.clip(out, 0.0, 1.0)
-    if span is not None:
-        out = out * (span[1] - span[0]) + span[0]
-    if raw.ndim == 3 and raw.shape[-1] == 4:  # keep alpha untouched
-        alpha = to_unit_float(raw[..., 3:], path=path) if span is None else raw[..., 3:].astype(np.float64)
-        out = np.concatenate([out, alpha], axis=-1)
-    if raw.dtype.kind in "ui":
-        scale = 1 if span is not None else np.iinfo(raw.dtype).max
-        return np.round(out * scale).astype(raw.dtype)
-    return out.astype(raw.dtype)
+
+    tile: int | None = 512
+    overlap: int = 64
+    blend: str = "ramp"
+    tile_batch: int | None = None
+    cuda_graphs: bool = False
+    bf16: bool = False
+    normalise: str | None = None
+    strict_channels: bool = False
+    channel: int | None = None
+    axes: str | None = None
+    threads: int | None = None
+    max_memory_gb: float | None = None
+    skip_existing: bool = False
+    model_name: str | None = None
+    progress: bool = True
+
+
+@dataclass
+class BatchSummary:
+    """What a batch did: files restored, skipped (output already there), failed with their one-line errors."""
+
+    output_dir: Path
+    restored: list[Path] = field(default_factory=list)
+    skipped: list[Path] = field(default_factory=list)
+    failed: list[tuple[Path, str]] = field(default_factory=list)
+    hidden: int = 0
+    seconds: float = 0.0
+    interrupted: bool = False
+
+    @property
+    def total(self) -> int:
+        return len(self.restored) + len(self.skipped) + len(self.failed)
+
+    def line(self) -> str:
+        hidden = f" ({self.hidden} hidden file(s) ignored)" if self.hidden else ""
+        stop = ", interrupted" if self.interrupted else ""
+        return (
+            f"deblur: {len(self.restored)} restored, {len(self.skipped)} skipped (output already there), "
+            f"{len(self.failed)} failed in {self.seconds:.1f} s{stop}; outputs in {self.output_dir}{hidden}"
+        )
+
+
+def check_options(options: DeblurOptions) -> DeblurOptions:
+    """Every option checked before the first image (InputError naming the option); threads and axes resolved."""
+    preflight.check_tiling(tile=options.tile, overlap=options.overlap, tile_batch=options.tile_batch)
+    preflight.check_positive("--max-memory", options.max_memory_gb)
+    if options.channel is not None and options.channel < 0:
+        raise InputError(f"--channel {options.channel}: channels are numbered from 0. Fix: --channel 0 for the first")
+    if options.blend not in BLENDS:
+        raise InputError(f"--blend {options.blend}: allowed: {', '.join(BLENDS)}. Fix: leave it out for the default")
+    if options.normalise is not None and options.normalise not in normalisation.NORMALISATIONS:
+        raise InputError(f"--normalise {options.normalise}: allowed: {', '.join(normalisation.NORMALISATIONS)}. Fix: leave it out to use the model's own")
+    return replace(options, threads=preflight.check_threads(options.threads), axes=check_axes_option(options.axes))
+
+
+def expand_inputs(inputs: Sequence[str | Path]) -> tuple[list[Path], list[tuple[Path, str]], int]:
+    """(image files, failures, hidden files skipped): folders expand to their images, each file once."""
+    files: list[Path] = []
+    failures: list[tuple[Path, str]] = []
+    hidden = 0
+    for raw in inputs:
+        path = Path(raw)
+        if path.is_dir():
+            found, skipped = visible_files(path)
+            hidden += len(skipped)
+            files += found
+            if not found:
+                failures.append((path, f"{path}: a folder without images ({', '.join(IMAGE_SUFFIXES)}). Fix: pass the folder that holds the images, or the files"))
+        elif not path.exists():
+            failures.append((path, f"{path}: file does not exist. Fix: check the path"))
+        else:
+            files.append(path)
+    seen: set[Path] = set()
+    unique = [p for p in files if not (p.resolve() in seen or seen.add(p.resolve()))]  # a file named twice, once
+    return unique, failures, hidden
 
 
 def output_paths(inputs: Sequence[Path], output_dir: Path) -> tuple[dict[Path, Path], list[tuple[Path, str]]]:
-    """({input: output_dir/<stem>.tif}, refusals): never an output onto an input file, never two inputs onto one output.
+    """({input: output_dir/<name>}, refusals): never an output onto an input file, never two inputs onto one output.
 
-    An output folder that is the input folder would replace ``a.tif`` by its restoration, and ``a.png``
-    and ``a.tif`` would both become ``a.tif``: those inputs are refused, by name, before any work.
+    An output folder that is the input folder would replace ``a.tif`` by its restoration, and two
+    folders may both hold an ``a.tif``: those inputs are refused, by name, before any work.
     """
     resolved_inputs = {p.resolve(): p for p in inputs}
     targets: dict[Path, Path] = {}
     claimed: dict[Path, Path] = {}
     refusals = []
     for path in inputs:
-        out = output_dir / f"{path.stem}.tif"
+        out = output_dir / path.name
         key = out.resolve()
         if key in resolved_inputs:
             refusals.append((path, f"{path}: its output {out} would overwrite the input file {resolved_inputs[key]}. Fix: choose another --output folder"))
@@ -89,48 +151,220 @@ def output_paths(inputs: Sequence[Path], output_dir: Path) -> tuple[dict[Path, P
     return targets, refusals
 
 
-def deblur_files(
-    inputs: Sequence[str | Path],
-    output_dir: str | Path,
-    *,
-    checkpoint: str | Path,
-    tile: int | None = 512,
-    overlap: int = 64,
-    device: str = "auto",
-    tile_batch: int | None = None,
-    cuda_graphs: bool = False,
-    bf16: bool = False,
-    blend: str = "ramp",
-    normalise: str = "dtype",
-    strict_channels: bool = False,
-    model_name: str | None = None,
-) -> list[tuple[Path, str]]:
-    """Restore each input into ``output_dir/<name>.tif``; return [(path, error message)] of failures.
+def failure_line(path: Path, target: Path, exc: BaseException) -> str:
+    """One line for any failure of one file: the file, the problem, the fix."""
+    if isinstance(exc, InputError):
+        message = str(exc)
+        return message if str(path) in message else f"{path}: {message}"
+    if memory.is_out_of_memory(exc):
+        return f"{path}: out of memory even with the smallest tiles. Fix: --tile-batch 1, a smaller --max-memory, or close other programs"
+    if isinstance(exc, OSError):  # reading errors are InputErrors: an OSError here is the write (or its rename)
+        return f"{path}: cannot write {target} ({exc.strerror or exc}). Fix: check the permissions of and free space on {target.parent}, and that {target.name} is not a folder"
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{path}: restoration failed ({type(exc).__name__}: {first}). Fix: check the image opens in Fiji; report the error if it does"
 
-    GPU options (``dgno.inference.cuda_graphs``): ``tile_batch`` tiles per pass (default 8 on CUDA, 1 on
-    CPU), ``cuda_graphs`` replays the forward from CUDA graphs, ``bf16`` uses bfloat16 autocast.
-    ``blend``, ``normalise``, ``strict_channels``: see :func:`_restore_array` (the authors' released
-    checkpoints set them: dgno.inference.official); ``model_name`` names the model in errors.
-    """
-    dev = pick_device(device)
-    model, _ = load_trained(checkpoint, dev)
+
+class PlaneRestorer:
+    """The network as (plane in [0, 1]) → restored plane, with tiles capped to the memory budget and a retry
+    at half the tile after running out of memory (the smaller tile is kept for the rest of the batch)."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device, in_channels: int, options: DeblurOptions, report: Report):
+        self.model, self.device, self.in_channels, self.options, self.report = model, device, in_channels, options, report
+        self.tile = options.tile
+        self.tile_batch = default_tile_batch(device, options.tile_batch)
+        self.budget = memory.memory_budget(device, options.max_memory_gb)
+        self._bytes_per_pixel: float | None = None
+        self._restorers: dict[int | None, Callable] = {}
+        self._said: set[str] = set()
+
+    def _say_once(self, line: str) -> None:
+        if line not in self._said:
+            self._said.add(line)
+            self.report(line)
+
+    def bytes_per_pixel(self) -> float:
+        if self._bytes_per_pixel is None:
+            self._bytes_per_pixel = memory.activation_bytes_per_pixel(self.model, self.device, self.in_channels)
+        return self._bytes_per_pixel
+
+    def tile_for(self, height: int, width: int) -> int | None:
+        """The tile side for planes of height × width: the wanted one, capped so one pass fits the budget."""
+        wanted, overlap = self.tile, self.options.overlap
+        one_pass = wanted is None or (wanted >= height and wanted >= width)
+        buffers = memory.image_buffer_bytes(height * width, self.in_channels, self.in_channels)
+        batch = 1 if one_pass else self.tile_batch
+        pixels = height * width if one_pass else wanted * wanted
+        if pixels * batch * self.bytes_per_pixel() + buffers <= self.budget:
+            return wanted
+        cap = max(memory.tile_cap(self.bytes_per_pixel(), self.budget, tile_batch=self.tile_batch, buffers=buffers), -(-(overlap + 1) // memory.TILE_MULTIPLE) * memory.TILE_MULTIPLE)
+        asked = f"one pass over {height}×{width} px" if one_pass else f"{wanted}-px tiles ({self.tile_batch} per pass)"
+        self._say_once(f"note: {asked} would need about {(pixels * batch * self.bytes_per_pixel() + buffers) / 2**30:.1f} GiB, more than the budget of {self.budget / 2**30:.1f} GiB; using {cap}-px tiles (--max-memory sets the budget)")
+        return cap
+
+    def _restorer(self, tile: int | None) -> Callable:
+        if tile not in self._restorers:
+            o = self.options
+            self._restorers[tile] = model_restorer(self.model, self.device, tile=tile, overlap=o.overlap, blend=o.blend, tile_batch=self.tile_batch, cuda_graphs=o.cuda_graphs, bf16=o.bf16)
+        return self._restorers[tile]
+
+    def passes(self, height: int, width: int, tile: int | None) -> int:
+        return pass_count(height, width, tile=tile, overlap=self.options.overlap, batch=self.tile_batch)
+
+    def __call__(self, unit: np.ndarray, tile: int | None, *, label: str, progress: Callable | None = None) -> tuple[np.ndarray, int | None]:
+        """(restored plane, the tile it was restored with)."""
+        while True:
+            try:
+                return self._restorer(tile)(unit, progress=progress), tile
+            except Exception as exc:
+                if not memory.is_out_of_memory(exc):
+                    raise
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                smaller = memory.smaller_tile(tile or max(unit.shape[:2]), self.options.overlap)
+                if smaller is None:
+                    raise
+                self.report(f"{label}: out of memory with {'one pass' if tile is None else f'{tile}-px tiles'}; retrying with {smaller}-px tiles (kept for the rest of the batch)")
+                tile = self.tile = smaller
+
+
+@dataclass
+class _Run:
+    """One batch's settled state: options, model, how planes are scaled, and where lines go."""
+
+    options: DeblurOptions
+    restorer: PlaneRestorer
+    in_channels: int
+    normalise: str
+    min_side: int
+    report: Report
+
+
+def _tile_bar(run: _Run, path: Path, total: int):
+    return tqdm(total=total, desc=path.name, unit="pass", leave=False, disable=not run.options.progress or total < 2, file=sys.stderr, delay=PROGRESS_DELAY_S)
+
+
+def _restore_planes(run: _Run, path: Path, planes: np.ndarray, layout: Layout, significant_bits: int | None) -> np.ndarray:
+    """Every plane scaled to [0, 1], restored, and mapped back to its own range and dtype."""
+    height, width = planes.shape[1:3]
+    tile = run.restorer.tile_for(height, width)
+    samples = planes.shape[-1] if layout.per_sample else 1
+    restored = np.empty_like(planes)
+    fallback = ""
+    with _tile_bar(run, path, len(planes) * samples * run.restorer.passes(height, width, tile)) as bar:
+
+        def advance(groups):
+            for group in groups:
+                yield group
+                bar.update(1)
+
+        def restore(unit: np.ndarray) -> np.ndarray:
+            nonlocal tile
+            if unit.ndim == 3 and unit.shape[-1] == 1:  # grey beside its alpha sample: the network's (H, W)
+                return restore(unit[..., 0])[..., None]
+            out, tile = run.restorer(unit, tile, label=str(path), progress=advance)
+            if run.restorer.passes(height, width, tile) == 1:  # one pass: the tiler reports no progress
+                bar.update(1)
+            return out
+
+        for i, plane in enumerate(planes):
+            try:
+                unit, scaling = normalisation.normalise(plane, run.normalise, significant_bits=significant_bits)
+            except ValueError as exc:
+                fix = "export the image without NaN/Inf values" if "NaN" in str(exc) else "save it as integers or floats"
+                raise InputError(f"{path}: plane {i}: {exc}. Fix: {fix}") from None
+            fallback = fallback or scaling.fallback
+            out = np.stack([restore(unit[..., k]) for k in range(samples)], axis=-1) if layout.per_sample else restore(unit)
+            restored[i] = normalisation.from_unit(out, scaling)
+    if fallback:
+        run.report(f"note: {path}: {fallback}: each plane scaled by its own minimum and maximum instead of the model's dtype scaling")
+    return restored
+
+
+def restore_file(run: _Run, path: Path, target: Path) -> Path:
+    """Read, restore and write one file; return the path written (the input's name, or .tif for a dtype PNG/JPEG cannot hold)."""
+    data, source = read_image_file(path)
+    for note in source.notes:
+        run.report(f"note: {note}")
+    o = run.options
+    axes = o.axes or source.axes
+    layout = resolve_layout(
+        path, data.shape, axes, in_channels=run.in_channels, strict_channels=o.strict_channels, channel=o.channel,
+        channel_names=source.channel_names, model_name=o.model_name or "this model",
+    )  # fmt: skip
+    check_plane_size(path, data.shape, axes, run.min_side)
+    planes, alpha = to_planes(data, layout)
+    restored = _restore_planes(run, path, planes, layout, source.significant_bits)
+    out = from_planes(restored, alpha, layout, data.shape)
+    written = target.with_name(output_name(source, out.dtype))
+    write_like(written, out, source, axes=layout.output_axes, channel=layout.pick[1] if layout.pick else None)
+    return written
+
+
+def _settle(checkpoint: str | Path, options: DeblurOptions, device: torch.device, report: Report) -> _Run:
+    """Load the model and settle its normalisation, minimum plane size and restorer."""
+    model, blob = load_trained(checkpoint, device)
     in_channels = int(model.hparams.get("in_channels", 1))
-    restore = model_restorer(
-        model, dev, tile=tile, overlap=overlap, blend=blend, tile_batch=default_tile_batch(dev, tile_batch), cuda_graphs=cuda_graphs, bf16=bf16
-    )
-    how = dict(normalise=normalise, strict_channels=strict_channels, model_name=model_name or Path(checkpoint).name)
-    output_dir = Path(output_dir)
-    paths = [Path(p) for p in inputs]
-    targets, failures = output_paths(paths, output_dir)
-    for path in tqdm([p for p in paths if p in targets], desc="deblur", unit="image"):
-        try:
-            raw = read_raw_image(path)
-            out = _restore_array(raw, restore, in_channels, path, **how)
-            write_tiff(targets[path], out)
-        except InputError as exc:
-            message = str(exc)
-            failures.append((path, message if str(path) in message else f"{path}: {message}"))
-        except RuntimeError as exc:  # e.g. out of memory on a huge tile
-            failures.append((path, f"{path}: restoration failed ({exc}). Fix: lower --tile"))
-    return failures
+    if options.cuda_graphs:
+        ok, why = capturable(model, device)
+        if not ok:
+            raise InputError(f"--cuda-graphs: {why}. Fix: leave out --cuda-graphs, or run on a GPU with the triton or mamba_ssm scan")
+    try:
+        recorded = normalisation.recorded(blob)
+    except ValueError as exc:
+        raise InputError(f"{checkpoint}: {exc}. Fix: pass --normalise minmax or dtype") from None
+    kind = options.normalise or recorded
+    if kind is None:
+        kind = normalisation.UNRECORDED
+        report(f"note: {checkpoint} records no input normalisation; scaling by the data's full scale (dtype). Pass --normalise minmax if it was trained on per-image min-max data")
+    element = int(model.hparams.get("operator_kwargs", {}).get("element_size", 1))
+    restorer = PlaneRestorer(model, device, in_channels, options, report)
+    return _Run(options, restorer, in_channels, kind, max(MIN_SIDE, element), report)
 
+
+def _pending(inputs: Sequence[str | Path], output_dir: Path, options: DeblurOptions, summary: BatchSummary, report: Report) -> dict[Path, Path]:
+    """{input: output} still to restore; missing inputs, clashes and (with skip_existing) finished ones are counted."""
+    files, failures, summary.hidden = expand_inputs(inputs)
+    targets, refusals = output_paths(files, output_dir)
+    for path, message in failures + refusals:
+        summary.failed.append((path, message))
+        report(f"error: {message}")
+    if options.skip_existing:
+        summary.skipped = [p for p, out in targets.items() if out.exists()]
+        targets = {p: out for p, out in targets.items() if not out.exists()}
+    return targets
+
+
+def deblur_batch(inputs: Sequence[str | Path], output_dir: str | Path, *, checkpoint: str | Path, device: str = "auto", options: DeblurOptions = DeblurOptions(), report: Report = report_to_stderr) -> BatchSummary:
+    """Restore every input (files and folders) into ``output_dir``; one file's failure never stops the rest.
+
+    Raises InputError only before the first image (options, device, output folder, model file).
+    Ctrl-C stops the batch at once; the file being restored is not written (outputs are written whole
+    or not at all) and the summary says ``interrupted``.
+    """
+    start = time.perf_counter()
+    options = check_options(options)
+    dev = preflight.check_device(device)
+    output_dir = preflight.prepare_output_dir(output_dir)
+    threads_before = torch.get_num_threads()
+    preflight.use_threads(options.threads)
+    summary = BatchSummary(output_dir)
+    try:
+        run = _settle(checkpoint, options, dev, report)
+        targets = _pending(inputs, output_dir, options, summary, report)
+        for path, target in tqdm(targets.items(), desc="deblur", unit="image", disable=not options.progress or len(targets) < 2, file=sys.stderr, delay=PROGRESS_DELAY_S):
+            try:
+                summary.restored.append(restore_file(run, path, target))
+            except Exception as exc:  # noqa: BLE001 - any failure of one file is that file's error line
+                summary.failed.append((path, failure_line(path, target, exc)))
+                report(f"error: {summary.failed[-1][1]}")
+    except KeyboardInterrupt:
+        summary.interrupted = True
+    finally:
+        torch.set_num_threads(threads_before)
+        summary.seconds = time.perf_counter() - start
+    return summary
+
+
+def deblur_files(inputs: Sequence[str | Path], output_dir: str | Path, *, checkpoint: str | Path, device: str = "auto", report: Report = report_to_stderr, **options) -> list[tuple[Path, str]]:
+    """:func:`deblur_batch` with the options as keywords (those of :class:`DeblurOptions`); returns [(path, error)] of failures."""
+    return deblur_batch(inputs, output_dir, checkpoint=checkpoint, device=device, options=DeblurOptions(**options), report=report).failed

@@ -48,16 +48,17 @@ def model_restorer(
 
     ``tile_batch`` tiles go through the network together; ``cuda_graphs`` replays the forward
     pass from CUDA graphs and ``bf16`` runs it under bfloat16 autocast (``dgno.inference.cuda_graphs``).
+    The restorer's ``progress`` (optional) wraps the iteration over the network's calls (a tqdm bar).
     """
     forward = forward_fn(model, device, cuda_graphs=cuda_graphs, bf16=bf16)
 
     def run(x: torch.Tensor) -> torch.Tensor:
         return forward(x)[-1]
 
-    def restore(img: np.ndarray) -> np.ndarray:
+    def restore(img: np.ndarray, *, progress: Callable | None = None) -> np.ndarray:
         x = to_tensor_image(img).to(device)
         with torch.no_grad():
-            y = tiled_apply(run, x, tile=tile, overlap=overlap, blend=blend, batch=tile_batch)
+            y = tiled_apply(run, x, tile=tile, overlap=overlap, blend=blend, batch=tile_batch, progress=progress)
         bad = int((~torch.isfinite(y)).sum())
         if bad:  # clipping would turn NaN into a plausible-looking image
             raise NonFiniteOutput(f"the model's output holds {bad} NaN/Inf value(s) (a diverged or corrupt model). Fix: retrain it or check the checkpoint")

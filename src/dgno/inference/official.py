@@ -13,7 +13,8 @@ cache, keyed by its checksum, so a second run reuses the import.
 
 Intensities: the authors trained their BBBC006 networks (1 channel) on images normalised by each
 image's own minimum and maximum, and their 3DHistech networks (RGB) on 8-bit values / 255; the
-restoration follows the same normalisation and maps the result back to the input's range and dtype.
+imported model file records it (``"normalise"``) and the restoration follows it, mapping the result
+back to the input's range and dtype (``dgno.inference.normalisation``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from dgno.checkpoint import import_official
+from dgno.checkpoint import import_official, released_normalisation
 from dgno.data.download import sha256_file
 from dgno.io import InputError
 from dgno.models.official import fetch_official, read_network_options, released_networks
@@ -45,7 +46,7 @@ class Restoration:
     tile: int | None = 512
     overlap: int = 64
     blend: str = "ramp"
-    normalise: str = "dtype"  # "dtype" (by the dtype's maximum) or "minmax" (each image's own range)
+    normalise: str | None = None  # "minmax" or "dtype" (dgno.inference.normalisation); None: as the model file records
     strict_channels: bool = False
     channels: int | None = None
 
@@ -89,7 +90,8 @@ def _imported(pth: Path, options: str | Path, name: str, cache: Path) -> Path:
 
 def _restoration(model: Path, name: str, options: str | Path) -> Restoration:
     channels = int(read_network_options(options).get("inp_channels", 1))
-    normalise = "minmax" if channels == 1 else "dtype"  # BBBC006 (min-max per image) vs 3DHistech (8-bit / 255)
+    # The import records it too; naming it here also serves cached imports whose model file lacks the key.
+    normalise = released_normalisation(channels)
     return Restoration(model, name, normalise=normalise, strict_channels=True, channels=channels, **AUTHORS_TILES)
 
 

@@ -37,6 +37,14 @@ def tile_starts(length: int, tile: int, overlap: int) -> list[int]:
     return starts
 
 
+def pass_count(height: int, width: int, *, tile: int | None, overlap: int, batch: int = 1) -> int:
+    """Calls of the network :func:`tiled_apply` makes for one (height, width) image: for progress bars."""
+    if tile is None or (tile >= height and tile >= width):
+        return 1
+    tiles = len(tile_starts(height, tile, overlap)) * len(tile_starts(width, tile, overlap))
+    return -(-tiles // batch)
+
+
 def edge_weight(length: int, overlap: int, *, ramp_start: bool, ramp_end: bool) -> torch.Tensor:
     """1-D tile weight: 0 on the outer m = overlap // 4 pixels of an internal edge, a linear ramp
     over the next overlap − 2m pixels, 1 elsewhere. Edges on the image border stay at 1."""

@@ -6,7 +6,8 @@ RNG, torch RNG, config), written atomically every ``checkpoint_every`` iteration
 which is how SLURM announces a time limit or pre-emption (``dgno.train.resume`` decides whether a
 checkpoint belongs to this run). The final ``model.pt`` holds the EMA weights plus the model spec,
 so evaluation and ``dgno deblur`` rebuild the network from the file alone
-(:func:`dgno.checkpoint.load_trained`).
+(:func:`dgno.checkpoint.load_trained`), and the dataset's input normalisation (``"normalise"``, from its
+manifest), which ``dgno deblur`` applies to users' images. Recording it changes no weight and no score.
 
 Crops are cut by a background thread (``prefetch`` batches ahead, ``dgno.train.batches``) so a GPU
 does not wait for numpy. The optimizer step itself, and the levers that speed it up on a GPU
@@ -34,7 +35,7 @@ from tqdm import tqdm
 
 from dgno import provenance
 from dgno.checkpoint import CHECKPOINT_VERSION, pick_device, save_checkpoint, weights_digest
-from dgno.data.paired import CropSampler, load_pairs, read_split
+from dgno.data.paired import CropSampler, dataset_normalisation, load_pairs, read_split
 from dgno.io import InputError, atomic_path
 from dgno.models.outputs import as_outputs
 from dgno.models.overrides import registry_overrides
@@ -102,6 +103,7 @@ class _Run:
     ranks: Ranks
     device: torch.device
     out_dir: Path
+    normalise: str  # the dataset's input normalisation, recorded in model.pt for dgno deblur
     log_rows: list[list[str]] = field(default_factory=list)
 
     @property
@@ -169,7 +171,7 @@ def _prepare(data_dir: Path, out_dir: Path, *, model_choice: ModelChoice, levels
     val = val_batches(val_pairs, cfg)
     spec = {"name": model_choice.name, "scale": model_choice.scale, "hparams": model.hparams, "overrides": model_choice.overrides}
     fingerprint = run_fingerprint(spec, cfg, levels, data_dir)
-    return _Run(model, ema, net, opt, stepper, sampler, val, spec, fingerprint, cfg, ranks, device, out_dir)
+    return _Run(model, ema, net, opt, stepper, sampler, val, spec, fingerprint, cfg, ranks, device, out_dir, dataset_normalisation(data_dir))
 
 
 def _resume(run: _Run) -> int:
@@ -209,6 +211,7 @@ def _checkpoint(run: _Run, batches: BatchStream, it: int) -> None:
                 "torch_rng": per_rank[0]["torch_rng"],
                 "ranks": per_rank,
                 "train_config": asdict(run.cfg),
+                "normalise": run.normalise,
                 "log": run.log_rows,
             },
         )
@@ -301,6 +304,7 @@ def _write_model(run: _Run, levels: list[str], data_dir: Path) -> Path:
             "train_config": asdict(cfg),
             "levels": levels,
             "data_dir": str(data_dir),
+            "normalise": run.normalise,
             "provenance": provenance.collect(run.device),
         }
         save_checkpoint(path, final)
