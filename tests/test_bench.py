@@ -74,7 +74,7 @@ def test_bench_scan_backend_on_a_model_without_a_scan_is_an_error():
 
 
 def test_ring_benchmark_interleaves_the_methods_and_records_every_round(tmp_path):
-    """benchmarks/bench_ring.py at toy size: one ratio per interleaved round, the headline is their median,
+    """benchmarks/cpu/ring.py at toy size: one ratio per interleaved round, the headline is their median,
     and the ring result is close to brute force (the speed-up is measured on comparable outputs)."""
     import statistics
     import subprocess
@@ -82,9 +82,9 @@ def test_ring_benchmark_interleaves_the_methods_and_records_every_round(tmp_path
     from pathlib import Path
 
     out = tmp_path / "ring.json"
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_ring.py"
+    root = Path(__file__).resolve().parents[1]
     args = ["--sizes", "32", "--speedup-sizes", "32", "--rounds", "3", "--ring-runs", "2", "--repeats", "1"]
-    subprocess.run([sys.executable, str(script), str(out), *args], check=True, capture_output=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "benchmarks.cpu.ring", str(out), *args], check=True, capture_output=True, timeout=300, cwd=root)
     data = json.loads(out.read_text())
     assert [row["cache"] for row in data["forward"]] == [True, False]
     assert [row["coeffs"] for row in data["speedup_vs_brute_force"]] == ["reference", "reference_x2"]
@@ -98,14 +98,15 @@ def test_ring_benchmark_interleaves_the_methods_and_records_every_round(tmp_path
 
 
 def test_ring_stage_benchmark_times_every_stage(tmp_path):
-    """benchmarks/ring_stages.py at toy size: every stage timed (min ≤ median) and the faults counted."""
+    """benchmarks/cpu/ring_stages.py at toy size: every stage timed (min ≤ median) and the faults counted."""
     import subprocess
     import sys
     from pathlib import Path
 
     out = tmp_path / "stages.json"
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "ring_stages.py"
-    subprocess.run([sys.executable, str(script), str(out), "--size", "32", "--runs", "2"], check=True, capture_output=True, timeout=300)
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "benchmarks.cpu.ring_stages", str(out), "--size", "32", "--runs", "2"]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300, cwd=root)
     data = json.loads(out.read_text())
     assert set(data["stages"]) == {"taps", "sampling_plan", "radial_psfs", "spectra", "apply", "end_to_end", "end_to_end_cold"}
     assert all(0 < s["min_ms"] <= s["median_ms"] for s in data["stages"].values())

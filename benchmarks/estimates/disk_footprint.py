@@ -1,6 +1,6 @@
 """Estimate the disk taken by restored test images in the paper run: every evaluation vs where read.
 
-Usage: python benchmarks/disk_footprint.py [--ratio 0.81] [--out benchmarks/results/disk_footprint_paper.json]
+Usage: python -m benchmarks.estimates.disk_footprint [--ratio 0.81] [--out benchmarks/results/disk_footprint_paper.json]
 
 The evaluations come from a dry run of the paper config (`snakemake -n --configfile config/paper.yaml`),
 the ones whose restored images a later rule reads from the workflow's own `restored_readers()`
@@ -22,7 +22,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # dataset -> (test images, height, width, channels), from config/paper.yaml and dgno.data.paired_sets / bbbc006.
 TEST_SPLIT = {
@@ -91,25 +91,25 @@ def main() -> None:
         n, h, w, c = TEST_SPLIT[d]
         return n * h * w * c * 4 / 1e9
 
-    before = Counter(dict.fromkeys(TEST_SPLIT, 0.0))
-    after = Counter(dict.fromkeys(TEST_SPLIT, 0.0))
+    all_raw = Counter(dict.fromkeys(TEST_SPLIT, 0.0))  # every evaluation writes its restored images, uncompressed
+    read_compressed = Counter(dict.fromkeys(TEST_SPLIT, 0.0))  # only those a later rule reads, compressed
     for d, m, lvl in jobs:
-        before[d] += gb(d)
+        all_raw[d] += gb(d)
         if (d, m, lvl) in readers:
-            after[d] += gb(d) * ratio
+            read_compressed[d] += gb(d) * ratio
     result = {
         "estimate": "restored test images of the paper run (float32), every evaluation raw vs only those read, compressed",
-        "command": "python benchmarks/disk_footprint.py " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.estimates.disk_footprint " + " ".join(sys.argv[1:]),
         "evaluations": len(jobs),
         "evaluations_with_restored_images": sum((d, m, lvl) in readers for d, m, lvl in jobs),
         "compression_ratio": round(ratio, 3),
-        "before_gb": round(sum(before.values()), 1),
-        "after_gb": round(sum(after.values()), 1),
-        "per_dataset_gb": {d: {"before": round(before[d], 2), "after": round(after[d], 2)} for d in TEST_SPLIT},
+        "all_raw_gb": round(sum(all_raw.values()), 1),
+        "read_compressed_gb": round(sum(read_compressed.values()), 1),
+        "per_dataset_gb": {d: {"all_raw": round(all_raw[d], 2), "read_compressed": round(read_compressed[d], 2)} for d in TEST_SPLIT},
         "test_split_sizes": {d: dict(zip(("images", "height", "width", "channels"), v, strict=True)) for d, v in TEST_SPLIT.items()},
     }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: result[k] for k in ("evaluations", "evaluations_with_restored_images", "before_gb", "after_gb")}))
+    print(json.dumps({k: result[k] for k in ("evaluations", "evaluations_with_restored_images", "all_raw_gb", "read_compressed_gb")}))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Time the spatially varying Gaussian blur: fast level interpolation vs the brute-force reference.
 
-Usage: python benchmarks/bench_sigma_blur.py [OUT_JSON]   (default results/bench/sigma_blur.json)
+Usage: python -m benchmarks.cpu.sigma_blur [OUT_JSON]   (default results/bench/sigma_blur.json)
 
 Cases: 128×128 fast and reference (with their max abs difference), and 696×520 (the BBBC006 frame)
 fast only, each at the paper's two sigma ranges 0.6–13 and 8–10. Times are the best of several runs
@@ -10,31 +10,22 @@ so numbers from different machines are not compared by accident.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import scipy
 
 import dgno
+from dgno.analysis.timing import wall_times
 from dgno.io import write_json
 from dgno.optics.sigma_blur import MAX_ERROR, random_sigma_map, sigma_blur, sigma_blur_reference
 
 RANGES = {"0.6-13": (0.6, 13.0), "8-10": (8.0, 10.0)}
 CORRELATION_LENGTH = 16.0
-
-
-def best_time(fn, repeats: int) -> tuple[float, np.ndarray]:
-    """Best wall time of `repeats` calls, and the last result."""
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
 
 
 def machine() -> dict:
@@ -57,21 +48,21 @@ def main(out_path: str) -> dict:
     for name, rng_sigma in RANGES.items():
         img = rng.random((128, 128)).astype(np.float32)
         sigma = random_sigma_map(img.shape, rng_sigma, seed=1, correlation_length=CORRELATION_LENGTH)
-        t_fast, fast = best_time(lambda: sigma_blur(img, sigma), 5)
-        t_ref, ref = best_time(lambda: sigma_blur_reference(img, sigma), 1)
+        fast = wall_times(functools.partial(sigma_blur, img, sigma), repeats=5)  # best of several: the least disturbed run
+        ref = wall_times(functools.partial(sigma_blur_reference, img, sigma), repeats=1)
         cases.append(
             {
                 "size": [128, 128],
                 "sigma_range": list(rng_sigma),
-                "fast_s": t_fast,
-                "reference_s": t_ref,
-                "speedup": t_ref / t_fast,
-                "max_abs_error": float(np.abs(fast - ref).max()),
+                "fast_s": fast.best,
+                "reference_s": ref.best,
+                "speedup": ref.best / fast.best,
+                "max_abs_error": float(np.abs(fast.result - ref.result).max()),
             }
         )
         img = rng.random((520, 696)).astype(np.float32)
         sigma = random_sigma_map(img.shape, rng_sigma, seed=1, correlation_length=CORRELATION_LENGTH)
-        t_fast, _ = best_time(lambda: sigma_blur(img, sigma), 3)
+        t_fast = wall_times(functools.partial(sigma_blur, img, sigma), repeats=3).best
         cases.append({"size": [520, 696], "sigma_range": list(rng_sigma), "fast_s": t_fast})
         print(f"{name}: 128² fast {cases[-2]['fast_s']:.4f}s ref {cases[-2]['reference_s']:.2f}s "
               f"err {cases[-2]['max_abs_error']:.1e}; 696×520 fast {t_fast:.3f}s", flush=True)

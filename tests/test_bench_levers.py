@@ -1,5 +1,6 @@
-"""The issue-27 GPU script (benchmarks/bench_issue27.py) runs end to end on a CPU at toy size, so the
-scarce GPU minutes are never spent finding a bug in it: every phase writes its records, nothing errors."""
+"""The GPU script of the training-step levers and the evaluation pipeline (benchmarks/gpu/levers_and_evaluation.py)
+runs end to end on a CPU at toy size, so the scarce GPU minutes are never spent finding a bug in it: every phase
+writes its records, nothing errors."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from conftest import ROOT
 
 @pytest.mark.timeout(300)
 def test_smoke_run_writes_every_phase_and_the_decisions(tmp_path):
-    out = tmp_path / "issue27.json"
+    out = tmp_path / "levers.json"
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_issue27.py"), str(out), "--smoke", "--device", "cpu", "--budget-s", "600", "--commit", "abc123"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=280)
+    cmd = [sys.executable, "-m", "benchmarks.gpu.levers_and_evaluation", str(out), "--smoke", "--device", "cpu", "--budget-s", "600", "--commit", "abc123"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=280, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     blob = json.loads(out.read_text())
     assert blob["errors"] == [], blob["errors"]
@@ -26,13 +27,13 @@ def test_smoke_run_writes_every_phase_and_the_decisions(tmp_path):
     assert sorted(s["what"] for s in blob["skipped"]) == ["lever cuda_graphs", "lever cudnn_benchmark"]
     for model in ("dgno-cell", "dgno-face"):
         labels = {r["levers"] for r in blob["train"] if r["model"] == model}
-        assert {"today", "channels_last", "fused_layernorm", "adamw_fused"} <= labels
+        assert {"default", "channels_last", "fused_layernorm", "adamw_fused"} <= labels
     assert {g["routing"] for g in blob["grad_check"]} == {"deterministic", "gumbel"}
-    assert all(g["today_vs_today"]["grad_rel_l2"] == 0 and g["fastest_vs_today"]["grad_rel_l2"] < 1e-4 for g in blob["grad_check"])
+    assert all(g["default_vs_default"]["grad_rel_l2"] == 0 and g["fastest_vs_default"]["grad_rel_l2"] < 1e-4 for g in blob["grad_check"])
     (bf16,) = blob["bf16_training"]
     assert bf16["gap_db_fp32_minus_bf16"] == 0  # bf16 autocast is ignored on a CPU
     assert {r["model"] for r in blob["inference"]} == {"dgno-cell", "dgno-face", "restormer"}
-    assert {e["config"] for e in blob["eval_pipeline"]} == {"today", "tile_batch=2", "graphs", "graphs+overlap_io"}
+    assert {e["config"] for e in blob["eval_pipeline"]} == {"default", "tile_batch=2", "graphs", "graphs+overlap_io"}
     assert blob["settings"]["eval_overlap_identical_scores"] is True
     assert all(e["gpu_utilisation_percent"] == "n/a" for e in blob["eval_pipeline"])
     assert blob["dg_layers"][0]["total_ms"] > 0 and len(blob["compile"]) == 1

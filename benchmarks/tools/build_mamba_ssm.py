@@ -1,6 +1,6 @@
 """Compile ``mamba_ssm``'s selective-scan CUDA extension from its sdist for this machine's GPU only.
 
-    python benchmarks/build_mamba_ssm.py SDIST_DIR BUILD_DIR [--jobs 16]
+    python -m benchmarks.tools.build_mamba_ssm SDIST_DIR BUILD_DIR [--jobs 16]
 
 ``pip install mamba-ssm`` first tries to download a prebuilt wheel from GitHub and otherwise
 compiles the kernels for every architecture the CUDA toolkit knows (nine with CUDA 13), which

@@ -1,9 +1,10 @@
-"""Print the README's GPU runtime tables (markdown) from bench_gpu_speed.py / bench_issue27.py result files.
+"""Print the GPU runtime tables (markdown) of docs/performance.md from the GPU scripts' result files.
 
-    python benchmarks/gpu_speed_table.py benchmarks/results/gpu_speed_h100*.json benchmarks/results/issue27_*.json
+    python -m benchmarks.tools.gpu_speed_table benchmarks/results/gpu_speed_h100*.json benchmarks/results/levers_*.json
 
-The same tables as the report's runtime section (``dgno.report.cost_section.speed_tables``), so the README
-and the report are regenerated from one reader; cells are "measured" or "measured (paper)".
+Reads what ``benchmarks.gpu.speed`` and ``benchmarks.gpu.levers_and_evaluation`` write. The same tables as the
+report's runtime section (``dgno.report.cost_section.speed_tables``), so the documentation and the report are
+regenerated from one reader; cells are "measured" or "measured (paper)".
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def main(paths: list[str]) -> None:
                 print(f"| {label} | " + " | ".join(cell_text(c) for c in cells) + " |")
     findings = findings_table(frame)
     if findings:
-        print("\nFindings of the issue-27 benchmark:\n")
+        print("\nFindings of the training-step levers benchmark:\n")
         for file, topic, text in findings[1]:
             print(f"- {topic} ({file}): {text}")
 

@@ -1,6 +1,6 @@
 """Benchmark of the ring (LRI) forward model on CPU (or a GPU); writes OUT_JSON.
 
-    python benchmarks/bench_ring.py results/benchmarks/ring.json [--threads 1] [--repeats 5] [--rounds 9] [--device cuda]
+    python -m benchmarks.cpu.ring results/benchmarks/ring.json [--threads 1] [--repeats 5] [--rounds 9] [--device cuda]
 
 * Forward model at 256², 512² (and 1024², cached and memory-bounded streaming modes): time to build the
   operator (PSFs + banded spectra), median time of A and Aᵀ after a warm-up, and peak memory.  Each case
@@ -38,9 +38,10 @@ import multiprocessing as mp
 import resource
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+from dgno.analysis.timing import device_sync, wall_times
 
 
 def _rss_mb() -> float:
@@ -48,36 +49,6 @@ def _rss_mb() -> float:
     with open("/proc/self/statm") as fh:
         pages = int(fh.read().split()[1])
     return pages * resource.getpagesize() / 2**20
-
-
-def _timed(fn, repeats: int) -> tuple[float, Any]:
-    """Median wall time (s) of `repeats` calls after one warm-up call; returns (median, last result)."""
-    out = fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
-
-
-def _sync(device: str):
-    """A function that waits for the device's queued work (a no-op on CPU): GPU calls return early."""
-    import torch
-
-    return torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-
-
-def _synced(fn, device: str):
-    """fn followed by a device synchronisation, so that a timer around it measures the work."""
-    sync = _sync(device)
-
-    def call():
-        out = fn()
-        sync()
-        return out
-
-    return call
 
 
 def _forward_case(size: int, coeffs: dict, cache: bool, repeats: int, threads: int, device: str, queue) -> None:
@@ -90,13 +61,12 @@ def _forward_case(size: int, coeffs: dict, cache: bool, repeats: int, threads: i
     gpu = device.startswith("cuda")
     x = torch.rand(1, 1, size, size, generator=torch.Generator().manual_seed(0)).to(device)
     base = torch.cuda.memory_allocated() if gpu else _rss_mb()
-    t0 = time.perf_counter()
-    op = RingBlur(coeffs=SeidelCoefficients(**coeffs), image_shape=(size, size), cache=cache, device=device)
-    _sync(device)()
-    build = time.perf_counter() - t0
-    with torch.no_grad():
-        t_fwd, _ = _timed(_synced(lambda: op.A(x), device), repeats)
-        t_adj, _ = _timed(_synced(lambda: op.A_adjoint(x), device), repeats)
+    sync = device_sync(device)
+    built = wall_times(lambda: RingBlur(coeffs=SeidelCoefficients(**coeffs), image_shape=(size, size), cache=cache, device=device), repeats=1, sync=sync)
+    op, build = built.result, built.best
+    with torch.no_grad():  # median of `repeats` synchronised calls after one warm-up
+        t_fwd = wall_times(lambda: op.A(x), repeats=repeats, warmup=1, sync=sync).median
+        t_adj = wall_times(lambda: op.A_adjoint(x), repeats=repeats, warmup=1, sync=sync).median
     if gpu:
         peak, above = torch.cuda.max_memory_allocated() / 2**20, (torch.cuda.max_memory_allocated() - base) / 2**20
     else:
@@ -121,22 +91,16 @@ def _forward_case(size: int, coeffs: dict, cache: bool, repeats: int, threads: i
     )
 
 
-def _interleaved(brute, ring, rounds: int, ring_runs: int) -> dict[str, Any]:
+def _interleaved(brute, ring, rounds: int, ring_runs: int, sync) -> dict[str, Any]:
     """Rounds of one ``brute`` run then ``ring_runs`` ``ring`` runs (after one warm-up of each): the median of
     the rounds' ratios brute / median(ring), and the median and minimum of each method's times (s)."""
     brute(), ring()
     t_brute, t_ring, ratios = [], [], []
     for _ in range(rounds):
-        t0 = time.perf_counter()
-        brute()
-        t_brute.append(time.perf_counter() - t0)
-        runs = []
-        for _ in range(ring_runs):
-            t0 = time.perf_counter()
-            ring()
-            runs.append(time.perf_counter() - t0)
-        t_ring += runs
-        ratios.append(t_brute[-1] / statistics.median(runs))
+        t_brute.append(wall_times(brute, repeats=1, sync=sync).best)
+        runs = wall_times(ring, repeats=ring_runs, sync=sync)
+        t_ring += runs.times
+        ratios.append(t_brute[-1] / runs.median)
     return {
         "speedup": statistics.median(ratios),
         "speedup_per_round": ratios,
@@ -172,14 +136,14 @@ def _speedup_case(size: int, coeffs: dict, rounds: int, ring_runs: int, threads:
         ring.clear_caches()
         return ring_build().A(x)
 
-    brute, warm, cold = (_synced(f, device) for f in (brute_end_to_end, lambda: ring_build().A(x), ring_cold))
+    sync = device_sync(device)
     with torch.no_grad():
         y_brute, y_ring = brute_end_to_end(), ring_build().A(x)
-        end_to_end = _interleaved(brute, warm, rounds, ring_runs)
-        end_to_end_cold = _interleaved(brute, cold, rounds, ring_runs)
-        t_build, _ = _timed(_synced(ring_build, device), rounds * ring_runs)
+        end_to_end = _interleaved(brute_end_to_end, lambda: ring_build().A(x), rounds, ring_runs, sync)
+        end_to_end_cold = _interleaved(brute_end_to_end, ring_cold, rounds, ring_runs, sync)
+        t_build = wall_times(ring_build, repeats=rounds * ring_runs, warmup=1, sync=sync).median
         psfs = pixel_psfs((size, size), c, dtype=torch.float32, **kw)
-        apply = _interleaved(_synced(lambda: superposition_blur(x, psfs), device), _synced(lambda: probe.A(x), device), rounds, ring_runs)
+        apply = _interleaved(lambda: superposition_blur(x, psfs), lambda: probe.A(x), rounds, ring_runs, sync)
     queue.put(
         {
             "size": size,
@@ -213,19 +177,19 @@ def _deconv_case(frame: tuple[int, int], coeffs: dict, n_iter: int, threads: int
     h, w = frame
     c = SeidelCoefficients(**coeffs)
     base = torch.cuda.memory_allocated() if gpu else _rss_mb()
-    t0 = time.perf_counter()
-    m = RingBlur(coeffs=c, image_shape=(h, w), field_radius=max(h, w) / 2.0, device=device).psf_size // 2
-    op = RingBlur(coeffs=c, image_shape=(h + 2 * m, w + 2 * m), field_radius=max(h, w) / 2.0, psf_size=2 * m + 1, device=device)
-    _sync(device)()
-    build = time.perf_counter() - t0
+    sync = device_sync(device)
+
+    def build_op():
+        m = RingBlur(coeffs=c, image_shape=(h, w), field_radius=max(h, w) / 2.0, device=device).psf_size // 2
+        return m, RingBlur(coeffs=c, image_shape=(h + 2 * m, w + 2 * m), field_radius=max(h, w) / 2.0, psf_size=2 * m + 1, device=device)
+
+    built = wall_times(build_op, repeats=1, sync=sync)
+    (m, op), build = built.result, built.best
     x = torch.rand(1, 1, h + 2 * m, w + 2 * m, generator=torch.Generator().manual_seed(0)).to(device)
     with torch.no_grad():
         y = op.A(x)[..., m : m + h, m : m + w]
     ring_deconvolve(y, op, n_iter=2)  # warm-up: first-call set-up of the optimiser and autograd
-    t0 = time.perf_counter()
-    ring_deconvolve(y, op, n_iter=n_iter)
-    _sync(device)()
-    seconds = time.perf_counter() - t0
+    seconds = wall_times(lambda: ring_deconvolve(y, op, n_iter=n_iter), repeats=1, sync=sync).best
     if gpu:
         above = (torch.cuda.max_memory_allocated() - base) / 2**20
     else:
@@ -254,10 +218,34 @@ def _in_child(target, *args) -> dict:
     return result
 
 
+def _forward_rows(args: argparse.Namespace, coeffs: dict) -> list[dict]:
+    rows = []
+    for size in args.sizes:
+        for cache in (True, False):
+            row = _in_child(_forward_case, size, coeffs, cache, args.repeats, args.threads, args.device)
+            row["coeffs"] = "reference"
+            rows.append(row)
+            print(f"forward {size}² cache={cache}: build {row['build_s']:.2f} s, A {row['forward_s']:.3f} s, "
+                  f"peak +{row['peak_rss_above_start_mb']:.0f} MB", file=sys.stderr)  # fmt: skip
+    return rows
+
+
+def _speedup_rows(args: argparse.Namespace, coeff_sets: dict[str, dict]) -> list[dict]:
+    rows = []
+    for size in args.speedup_sizes:
+        for name, coeffs in coeff_sets.items():
+            row = _in_child(_speedup_case, size, coeffs, args.rounds, args.ring_runs, args.threads, args.device)
+            row["coeffs"] = name
+            rows.append(row)
+            print(f"{size}² {name}: end-to-end ×{row['speedup_end_to_end']:.1f} "
+                  f"(cold ×{row['speedup_end_to_end_cold']:.1f}), apply ×{row['speedup_apply']:.0f}", file=sys.stderr)  # fmt: skip
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_json", type=Path)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (the shared machine has 2 cores)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of A and Aᵀ per forward case")
     parser.add_argument("--rounds", type=int, default=9, help="interleaved brute-force/ring rounds per speed-up case")
     parser.add_argument("--ring-runs", type=int, default=5, help="ring runs per round")
@@ -268,44 +256,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deconv-iters", type=int, default=300, help="Adam steps of that deconvolution")
     args = parser.parse_args(argv)
 
-    import torch
+    import torch  # after the arguments: the cases run in child processes that set their thread count first
 
     from dgno import provenance
     from dgno.experiments.nonblind_settings import REFERENCE_COEFFS
     from dgno.io import write_json
 
     torch.manual_seed(0)
-    coeff_sets = {
-        "reference": REFERENCE_COEFFS.as_dict(),
-        "reference_x2": {k: 2 * v for k, v in REFERENCE_COEFFS.as_dict().items()},
-    }
-    forward = []
-    for size in args.sizes:
-        for cache in (True, False):
-            row = _in_child(_forward_case, size, coeff_sets["reference"], cache, args.repeats, args.threads, args.device)
-            row["coeffs"] = "reference"
-            forward.append(row)
-            print(
-                f"forward {size}² cache={cache}: build {row['build_s']:.2f} s, A {row['forward_s']:.3f} s, "
-                f"peak +{row['peak_rss_above_start_mb']:.0f} MB",
-                file=sys.stderr,
-            )
-    speedup = []
-    for size in args.speedup_sizes:
-        for name, coeffs in coeff_sets.items():
-            row = _in_child(_speedup_case, size, coeffs, args.rounds, args.ring_runs, args.threads, args.device)
-            row["coeffs"] = name
-            speedup.append(row)
-            msg = (
-                f"{size}² {name}: end-to-end ×{row['speedup_end_to_end']:.1f} "
-                f"(cold ×{row['speedup_end_to_end_cold']:.1f}), apply ×{row['speedup_apply']:.0f}"
-            )
-            print(msg, file=sys.stderr)
+    coeff_sets = {"reference": REFERENCE_COEFFS.as_dict(), "reference_x2": {k: 2 * v for k, v in REFERENCE_COEFFS.as_dict().items()}}
+    forward = _forward_rows(args, coeff_sets["reference"])
+    speedup = _speedup_rows(args, coeff_sets)
     deconv = None
     if args.deconv_frame:
         deconv = _in_child(_deconv_case, tuple(args.deconv_frame), coeff_sets["reference"], args.deconv_iters, args.threads, args.device)
-        msg = f"deconvolution {deconv['frame']}: {deconv['deconvolve_s']:.1f} s for {deconv['n_iter']} steps"
-        print(msg, file=sys.stderr)
+        print(f"deconvolution {deconv['frame']}: {deconv['deconvolve_s']:.1f} s for {deconv['n_iter']} steps", file=sys.stderr)
     write_json(
         args.out_json,
         {

@@ -1,13 +1,14 @@
 """What each of the authors' network conventions contributes: revert one at a time, compare with their outputs.
 
-For every golden fixture case (``../shared/official``: the authors' checkpoint format, inputs and their
-network's float64 outputs) the imported model runs in float64 as it is (all conventions followed) and
-with one convention put back to what this package did before (issue 17's list), one at a time.  The
-maximum absolute difference from the authors' outputs over both inputs and all three scales is
-written per case and variant.  The Face periodic wrap is not covered by any fixture (none is periodic),
-so it is measured on a random DG layer instead: old vs new convention, relative difference.
+For every reference fixture case (``tests/fixtures/official``: the authors' checkpoint format, inputs and
+their network's float64 outputs) the imported model runs in float64 as it is (all conventions followed) and
+with one convention replaced by a plausible alternative (the paper's text, or the obvious reading of it),
+one at a time.  The maximum absolute difference from the authors' outputs over both inputs and all three
+scales is written per case and variant.  The Face periodic wrap is not covered by any fixture (none is
+periodic), so it is measured on a random DG layer instead: the authors' wrap against the alternative,
+relative difference.
 
-    python benchmarks/official_conventions.py benchmarks/results/official_conventions.json
+    python -m benchmarks.cpu.official_conventions benchmarks/results/official_conventions.json
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,18 +24,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+from dgno import provenance
+from dgno.checkpoint import import_official, load_trained
+from dgno.layers import flux as flux_module
+from dgno.layers import mambair
+from dgno.layers.blocks import SCM
+from dgno.layers.operator import DGOperatorLayer, HeadLayerNorm, _GalerkinLayer
+from dgno.models import dgno as dgno_model
+from dgno.models.official import regenerate_state_dict
 
-from test_official import OFFICIAL, regenerate_state_dict  # noqa: E402
-
-from dgno import provenance  # noqa: E402
-from dgno.checkpoint import import_official, load_trained  # noqa: E402
-from dgno.layers import flux as flux_module  # noqa: E402
-from dgno.layers import mambair  # noqa: E402
-from dgno.layers.blocks import SCM  # noqa: E402
-from dgno.layers.operator import DGOperatorLayer, HeadLayerNorm, _GalerkinLayer  # noqa: E402
-from dgno.models import dgno as dgno_model  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = Path("tests") / "fixtures" / "official"  # relative to the repository root
 
 CASES = ("w1_face", "w1_cell", "hist_face")
 
@@ -50,14 +49,14 @@ def patched(obj: object, name: str, value: object) -> Iterator[None]:
         setattr(obj, name, old)
 
 
-def old_residual(self, x, q, op):
-    """Before: z = x + Q K_e, out = z + MLP(z)."""
+def alternative_residual(self, x, q, op):
+    """Alternative: z = x + Q K_e, out = z + MLP(z)."""
     z = x + self._query_times(q, op)
     return z + self.mlp(z)
 
 
-def old_scm(self, image):
-    """Before (as far as the authors' weights allow): ReLU instead of GELU, no InstanceNorm."""
+def alternative_scm(self, image):
+    """Alternative (as far as the authors' weights allow): ReLU instead of GELU, no InstanceNorm."""
     y = image
     for layer in self.body:
         if isinstance(layer, torch.nn.GELU):
@@ -67,13 +66,13 @@ def old_scm(self, image):
     return y
 
 
-def old_half(x):
-    """Before: bilinear halving."""
+def alternative_half(x):
+    """Alternative: bilinear halving."""
     return F.interpolate(x, scale_factor=0.5, mode="bilinear", align_corners=False)
 
 
-def old_head_norm(self, x):
-    """Before: (x − μ) / √(biased var + ε)."""
+def alternative_head_norm(self, x):
+    """Alternative: (x − μ) / √(biased var + ε)."""
     b, c, h, w = x.shape
     xg = x.reshape(b, self.heads, self.head_dim, h, w)
     xc = xg - xg.mean(dim=2, keepdim=True)
@@ -81,8 +80,8 @@ def old_head_norm(self, x):
     return torch.addcmul(self.bias[:, :, None, None], y, self.weight[:, :, None, None]).reshape(b, c, h, w)
 
 
-def old_assemble_axis(minus, plus, *, axis, flux, boundary, tau=None):
-    """Before: Dirichlet as −F(0, minus_0) on the first side and +F(plus_last, 0) on the last (own outward
+def alternative_assemble_axis(minus, plus, *, axis, flux, boundary, tau=None):
+    """Alternative (the paper's Appendix D): Dirichlet as −F(0, minus_0) on the first side and +F(plus_last, 0) on the last (own outward
     faces); periodic wrap F(plus_last, minus_0)."""
     axis = axis % minus.dim()
     n = minus.shape[axis]
@@ -101,8 +100,8 @@ def old_assemble_axis(minus, plus, *, axis, flux, boundary, tau=None):
     return out + edge
 
 
-def old_assm_forward(self, x, size):
-    """Before: the prompt sorted together with its token."""
+def alternative_assm_forward(self, x, size):
+    """Alternative: the prompt sorted together with its token."""
     b, L, _ = x.shape
     h, w = size
     one_hot = self.routes(x)
@@ -119,12 +118,12 @@ def old_assm_forward(self, x, size):
 
 VARIANTS: dict[str, list[tuple[object, str, Callable]]] = {
     "all authors' conventions": [],
-    "1 residual x + MLP(z)  ->  z + MLP(z)": [(_GalerkinLayer, "_apply_operator", old_residual)],
-    "2 SCM GELU + InstanceNorm  ->  ReLU, no norm": [(SCM, "forward", old_scm)],
-    "3 nearest pyramid  ->  bilinear": [(dgno_model, "half", old_half)],
-    "4 per-head norm unbiased std + eps  ->  sqrt(biased var + eps)": [(HeadLayerNorm, "forward", old_head_norm)],
-    "5 Dirichlet +F(inner face, 0)  ->  -F(0, K) / outward faces": [(flux_module, "assemble_axis", old_assemble_axis)],
-    "7 ASSM prompt raster order  ->  sorted with the tokens": [(mambair.ASSM, "forward", old_assm_forward)],
+    "1 residual x + MLP(z)  ->  z + MLP(z)": [(_GalerkinLayer, "_apply_operator", alternative_residual)],
+    "2 SCM GELU + InstanceNorm  ->  ReLU, no norm": [(SCM, "forward", alternative_scm)],
+    "3 nearest pyramid  ->  bilinear": [(dgno_model, "half", alternative_half)],
+    "4 per-head norm unbiased std + eps  ->  sqrt(biased var + eps)": [(HeadLayerNorm, "forward", alternative_head_norm)],
+    "5 Dirichlet +F(inner face, 0)  ->  -F(0, K) / outward faces": [(flux_module, "assemble_axis", alternative_assemble_axis)],
+    "7 ASSM prompt raster order  ->  sorted with the tokens": [(mambair.ASSM, "forward", alternative_assm_forward)],
 }
 
 
@@ -141,16 +140,16 @@ def case_errors(case: Path, model: torch.nn.Module) -> float:
 
 
 def periodic_face_effect() -> dict:
-    """Relative L2 difference between the new and old Face periodic wrap on a random layer (no fixture covers it)."""
+    """Relative L2 difference between the authors' Face periodic wrap and the alternative on a random layer (no fixture covers it)."""
     torch.manual_seed(0)
     layer = DGOperatorLayer(dim=32, heads=4, element_size=8, variant="face", flux="avg_jump", boundary="periodic").double().eval()
     x = torch.randn(1, 32, 32, 48, dtype=torch.float64)
     with torch.no_grad():
-        new = layer(x)
-        with patched(flux_module, "assemble_axis", old_assemble_axis):
-            old = layer(x)
+        authors = layer(x)
+        with patched(flux_module, "assemble_axis", alternative_assemble_axis):
+            alternative = layer(x)
     return {"layer": "DGOperatorLayer(dim 32, 4 heads, 8x8 elements, face, avg_jump, periodic), random weights, 32x48 input",
-            "relative_l2_difference": float((new - old).norm() / (new - x).norm())}
+            "relative_l2_difference": float((authors - alternative).norm() / (authors - x).norm())}
 
 
 def main() -> None:
@@ -160,7 +159,7 @@ def main() -> None:
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in CASES:
-            case = OFFICIAL / name
+            case = ROOT / FIXTURES / name
             torch.save({"params": regenerate_state_dict(json.loads((case / "weights.json").read_text()))}, Path(tmp) / f"{name}.pth")
             model_pt = import_official(Path(tmp) / f"{name}.pth", case / "options.json", Path(tmp) / f"{name}.pt")
             model = load_trained(model_pt)[0].double()
@@ -171,8 +170,8 @@ def main() -> None:
                     rows.setdefault(variant, {})[name] = case_errors(case, model)
                 print(f"{name:10s} {variant:70s} max |diff| {rows[variant][name]:.3e}", flush=True)
     result = {
-        "what": "max abs difference from the authors' float64 outputs (both inputs, all three scales) with one convention reverted",
-        "fixtures": str(OFFICIAL),
+        "what": "max abs difference from the authors' float64 outputs (both inputs, all three scales) with one convention replaced by its alternative",
+        "fixtures": str(FIXTURES),
         "max_abs_diff": rows,
         "6 Face periodic wrap (no fixture is periodic)": periodic_face_effect(),
         "provenance": provenance.collect(torch.device("cpu")),

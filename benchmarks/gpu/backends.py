@@ -1,6 +1,6 @@
 """CUDA checks of every model and the selective-scan backend comparison; writes OUT_JSON.
 
-    python benchmarks/bench_gpu_backends.py OUT_JSON [--sizes 256 512] [--repeats 10] [--train-batch 8]
+    python -m benchmarks.gpu.backends OUT_JSON [--sizes 256 512] [--repeats 10] [--train-batch 8]
 
 1. ``cuda_smoke``: every registry model at paper scale, one forward and one backward pass on a
    1×1×128×128 input, in float32 and under bfloat16 autocast; each records success or its error.
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import statistics
 import sys
 import time
 import traceback
@@ -32,7 +31,8 @@ from unittest import mock
 import torch
 
 from dgno import provenance
-from dgno.analysis.bench import _peak_mb, _sync, _timed, bench_train
+from dgno.analysis.bench import bench_train, peak_memory_mb, reset_peak_memory
+from dgno.analysis.timing import device_sync, wall_times
 from dgno.io import write_json
 from dgno.layers import mambair
 from dgno.layers.mambair import ASSM, set_scan_backend
@@ -56,7 +56,7 @@ def smoke(name: str, dev: torch.device, amp: bool) -> dict[str, Any]:
             outputs = as_outputs(model(x))
             loss = restoration_loss(outputs, x, fft_weight=0.1)
         loss.backward()
-        _sync(dev)
+        device_sync(dev)()
         grads = [p.grad for p in model.parameters() if p.requires_grad]
         finite = all(g is None or bool(torch.isfinite(g).all()) for g in grads)
         row.update(ok=bool(torch.isfinite(loss)) and finite, error=None, seconds=time.perf_counter() - t0, loss=float(loss.detach()))
@@ -75,7 +75,8 @@ def forward_backends(name: str, size: int, backends: list[str], dev: torch.devic
         set_scan_backend(model, backend)
         with torch.no_grad():
             outputs[backend] = as_outputs(model(x))[-1]  # the full-resolution restoration
-            sec = statistics.median(_timed(lambda: model(x), dev, warmup=1, repeats=repeats))  # resets the peak after warm-up
+            timing = wall_times(lambda: model(x), repeats=repeats, warmup=1, sync=device_sync(dev), on_warm=lambda: reset_peak_memory(dev))
+            sec = timing.median
         rows.append(
             {
                 "model": name,
@@ -83,7 +84,7 @@ def forward_backends(name: str, size: int, backends: list[str], dev: torch.devic
                 "scan_backend": backend,
                 "seconds": sec,
                 "images_per_second": 1.0 / sec,
-                "peak_memory_mb": _peak_mb(dev),
+                "peak_memory_mb": peak_memory_mb(dev),
             }
         )
     if len(outputs) == 2:
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare-with", choices=["mamba_ssm", "reference"], help="second backend (default: mamba_ssm when it imports)")
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("bench_gpu_backends: no CUDA device; this benchmark is for the GPU environment", file=sys.stderr)
+        print("benchmarks.gpu.backends: no CUDA device; this benchmark is for the GPU environment", file=sys.stderr)
         return 2
     dev = torch.device(args.device)
     backends = ["torch"] + (["mamba_ssm"] if dev.type == "cuda" and mamba_selective_scan_fn() is not None else [])

@@ -1,6 +1,6 @@
 """Time the chunked pure-PyTorch selective scan against the sequential reference.
 
-Usage: python benchmarks/bench_scan.py OUT_JSON [--lengths 4096 65536] [--backward-lengths 1024]
+Usage: python -m benchmarks.cpu.scan OUT_JSON [--lengths 4096 65536] [--backward-lengths 1024]
                                         [--threads 1 2] [--repeats 5] [--device cpu|cuda]
 
 The scan is set up as in MambaIRv2's ASSM at the paper's first encoder level: d = 2·48 = 96
@@ -23,13 +23,14 @@ versions, so numbers from different machines are never compared by accident.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import platform
-import time
 
 import torch
 
+from dgno.analysis.timing import device_sync, wall_times
 from dgno.io import write_json
 from dgno.layers.selective_scan import mamba_selective_scan_fn, selective_scan
 
@@ -74,20 +75,6 @@ def grads(inputs: dict[str, torch.Tensor], backend: str) -> dict[str, torch.Tens
     return dict(zip(leaves, torch.autograd.grad((y * w).sum(), list(leaves.values()))))
 
 
-def best_time(fn, repeats: int, device: str) -> tuple[float, torch.Tensor]:
-    """Best wall time of ``repeats`` calls (synchronised on CUDA), and the last result."""
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
-
-
 def machine(device: str) -> dict:
     info = {
         "device": (torch.cuda.get_device_name() if device == "cuda" else f"cpu ({platform.processor() or platform.machine()})"),
@@ -102,70 +89,61 @@ def machine(device: str) -> dict:
     return info
 
 
+def _timed(fn, repeats: int, device: str):
+    """Best of ``repeats`` synchronised calls (the run least disturbed by other processes) and the last result."""
+    return wall_times(fn, repeats=repeats, sync=device_sync(device))
+
+
+def forward_case(L: int, repeats: int, reference_repeats: int, device: str) -> dict:
+    """The chunked scan's forward pass against the token loop (on the CPU) and, on CUDA, ``mamba_ssm``'s."""
+    inputs = make_inputs(L, device)
+    scan(inputs, "torch")  # warm-up
+    fast = _timed(functools.partial(scan, inputs, "torch"), repeats, device)
+    ref = _timed(functools.partial(scan, {k: v.cpu() for k, v in inputs.items()}, "reference"), reference_repeats, "cpu")
+    case = {
+        "tokens": L, "pass": "forward", "d_inner": D_INNER, "d_state": D_STATE, "batch": BATCH,
+        "torch_s": fast.best, "reference_s": ref.best, "reference_device": "cpu", "speedup": ref.best / fast.best,
+        "max_abs_error": float((fast.result.cpu() - ref.result).abs().max()), "max_abs_output": float(ref.result.abs().max()),
+    }  # fmt: skip
+    if device == "cuda" and mamba_selective_scan_fn() is not None:
+        scan(inputs, "mamba_ssm")
+        mamba = _timed(functools.partial(scan, inputs, "mamba_ssm"), repeats, device)
+        case["mamba_ssm_s"] = mamba.best
+        case["mamba_ssm_max_abs_error"] = float((mamba.result.cpu() - ref.result).abs().max())
+        case["torch_vs_mamba_ssm_max_abs_diff"] = float((mamba.result - fast.result).abs().max())
+    print(f"L={L}: torch {fast.best:.4f}s  reference {ref.best:.3f}s  speed-up {case['speedup']:.1f}x  max|err| {case['max_abs_error']:.1e}", flush=True)
+    return case
+
+
+def _relative(grads_a: dict[str, torch.Tensor], grads_ref: dict[str, torch.Tensor]) -> dict[str, float]:
+    return {k: float((grads_a[k].cpu() - g).abs().max() / g.abs().max()) for k, g in grads_ref.items()}
+
+
+def backward_case(L: int, repeats: int, reference_repeats: int, device: str) -> dict:
+    """Forward + backward of the chunked scan against the token loop: times and the largest relative gradient error."""
+    inputs = make_inputs(L, device)
+    grads(inputs, "torch")  # warm-up
+    fast = _timed(functools.partial(grads, inputs, "torch"), repeats, device)
+    ref = _timed(functools.partial(grads, {k: v.cpu() for k, v in inputs.items()}, "reference"), reference_repeats, "cpu")
+    rel = _relative(fast.result, ref.result)
+    case = {
+        "tokens": L, "pass": "forward+backward", "torch_s": fast.best, "reference_s": ref.best, "reference_device": "cpu",
+        "speedup": ref.best / fast.best, "max_rel_grad_error": max(rel.values()), "rel_grad_error": rel,
+    }  # fmt: skip
+    if device == "cuda" and mamba_selective_scan_fn() is not None:
+        grads(inputs, "mamba_ssm")
+        mamba = _timed(functools.partial(grads, inputs, "mamba_ssm"), repeats, device)
+        case["mamba_ssm_s"] = mamba.best
+        case["mamba_ssm_max_rel_grad_error"] = max(_relative(mamba.result, ref.result).values())
+    print(f"L={L} fwd+bwd: torch {fast.best:.4f}s  reference {ref.best:.3f}s  max rel grad err {max(rel.values()):.1e}", flush=True)
+    return case
+
+
 def run_cases(lengths: list[int], backward_lengths: list[int], repeats: int, reference_repeats: int, device: str) -> list[dict]:
     """Forward cases for ``lengths`` and forward+backward cases for ``backward_lengths``."""
-    cases = []
     with torch.no_grad():
-        for L in lengths:
-            inputs = make_inputs(L, device)
-            scan(inputs, "torch")  # warm-up
-            t_fast, fast = best_time(lambda: scan(inputs, "torch"), repeats, device)
-            cpu_inputs = {k: v.cpu() for k, v in inputs.items()}
-            t_ref, ref = best_time(lambda: scan(cpu_inputs, "reference"), reference_repeats, "cpu")
-            case = {
-                "tokens": L,
-                "pass": "forward",
-                "d_inner": D_INNER,
-                "d_state": D_STATE,
-                "batch": BATCH,
-                "torch_s": t_fast,
-                "reference_s": t_ref,
-                "reference_device": "cpu",
-                "speedup": t_ref / t_fast,
-                "max_abs_error": float((fast.cpu() - ref).abs().max()),
-                "max_abs_output": float(ref.abs().max()),
-            }
-            if device == "cuda" and mamba_selective_scan_fn() is not None:
-                scan(inputs, "mamba_ssm")
-                t_mamba, out_mamba = best_time(lambda: scan(inputs, "mamba_ssm"), repeats, device)
-                case["mamba_ssm_s"] = t_mamba
-                case["mamba_ssm_max_abs_error"] = float((out_mamba.cpu() - ref).abs().max())
-                case["torch_vs_mamba_ssm_max_abs_diff"] = float((out_mamba - fast).abs().max())
-            cases.append(case)
-            print(
-                f"L={L}: torch {t_fast:.4f}s  reference {t_ref:.3f}s  speed-up {case['speedup']:.1f}x  "
-                f"max|err| {case['max_abs_error']:.1e}",
-                flush=True,
-            )
-    for L in backward_lengths:
-        inputs = make_inputs(L, device)
-        grads(inputs, "torch")  # warm-up
-        t_fast, g_fast = best_time(lambda: grads(inputs, "torch"), repeats, device)
-        cpu_inputs = {k: v.cpu() for k, v in inputs.items()}
-        t_ref, g_ref = best_time(lambda: grads(cpu_inputs, "reference"), reference_repeats, "cpu")
-        rel = {k: float((g_fast[k].cpu() - g_ref[k]).abs().max() / g_ref[k].abs().max()) for k in g_ref}
-        case = {
-            "tokens": L,
-            "pass": "forward+backward",
-            "torch_s": t_fast,
-            "reference_s": t_ref,
-            "reference_device": "cpu",
-            "speedup": t_ref / t_fast,
-            "max_rel_grad_error": max(rel.values()),
-            "rel_grad_error": rel,
-        }
-        if device == "cuda" and mamba_selective_scan_fn() is not None:
-            grads(inputs, "mamba_ssm")
-            t_mamba, g_mamba = best_time(lambda: grads(inputs, "mamba_ssm"), repeats, device)
-            rel_m = {k: float((g_mamba[k].cpu() - g_ref[k]).abs().max() / g_ref[k].abs().max()) for k in g_ref}
-            case["mamba_ssm_s"] = t_mamba
-            case["mamba_ssm_max_rel_grad_error"] = max(rel_m.values())
-        cases.append(case)
-        print(
-            f"L={L} fwd+bwd: torch {t_fast:.4f}s  reference {t_ref:.3f}s  max rel grad err {max(rel.values()):.1e}",
-            flush=True,
-        )
-    return cases
+        cases = [forward_case(L, repeats, reference_repeats, device) for L in lengths]
+    return cases + [backward_case(L, repeats, reference_repeats, device) for L in backward_lengths]
 
 
 def main(

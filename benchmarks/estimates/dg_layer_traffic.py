@@ -1,6 +1,6 @@
 """How much of a paper-scale training step could fusing the DG operator layers save? An estimate without a GPU.
 
-    OMP_NUM_THREADS=1 python benchmarks/dg_layer_traffic.py benchmarks/results/dg_layer_traffic_cpu.json
+    OMP_NUM_THREADS=1 python -m benchmarks.estimates.dg_layer_traffic benchmarks/results/dg_layer_traffic_cpu.json
 
 The six DG-Cell layers of paper-scale DGNO (two each at 1/4, 1/2 and full resolution: 192, 96 and 48
 channels, 16 heads, 8×8 elements) run forward + backward under the CPU profiler at a reduced size. Every
@@ -11,7 +11,7 @@ residual sums — what a fused kernel (or torch.compile) could merge. Element-wi
 its GPU time is about bytes moved ÷ bandwidth; each kernel also costs at least a few microseconds.
 Scaled to the training shapes (8 crops of 256²), that bounds what fusing can save from the 323 ms
 float32 step recorded on the H100 (benchmarks/results/gpu_speed_h100.json). It is an estimate; the
-GPU script (benchmarks/bench_issue27.py, phase "dg_layers") measures the layers' share and a compiled
+GPU script (benchmarks/gpu/levers_and_evaluation.py, phase "dg_layers") measures the layers' share and a compiled
 version directly.
 """
 
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     gbytes = sum(2 * 4 * r["fusible_elements_read"] * r["scale_to_training"] * r["layers"] for r in rows) / 1e9
     est_ms = 1e3 * gbytes / (HBM_TB_S * 1e3) + kernels * MIN_KERNEL_US / 1e3
     blob = {
-        "benchmark": "DG operator layers: fusible traffic, forward + backward, paper-scale DGNO-Cell (issue 27)",
+        "benchmark": "DG operator layers: fusible traffic, forward + backward, paper-scale DGNO-Cell",
         "provenance": provenance.collect(torch.device("cpu")),
         "assumptions": {"hbm_tb_per_s": HBM_TB_S, "min_kernel_us": MIN_KERNEL_US, "step_ms_h100_fp32": STEP_MS_H100, "profile_shrink": args.shrink},
         "levels": rows,

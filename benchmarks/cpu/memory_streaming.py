@@ -1,7 +1,7 @@
 """Peak memory of training and evaluation with N and 10 N images: streamed (bounded cache) vs all held.
 
-Usage: python benchmarks/bench_memory_streaming.py [--n 150] [--size 256] [--cache-mb 64]
-                                                   [--out benchmarks/results/memory_streaming_cpu.json]
+Usage: python -m benchmarks.cpu.memory_streaming [--n 150] [--size 256] [--cache-mb 64]
+                                                [--out benchmarks/results/memory_streaming_cpu.json]
 
 Writes two synthetic datasets of 16-bit grayscale TIFF pairs (N and 10 N pairs in each of the train
 and test splits, `size`² pixels), then measures, each in a fresh Python process, the peak resident
@@ -11,7 +11,7 @@ memory (ru_maxrss) of
 * evaluation: `dgno.inference.evaluate.score_dataset` of the test split (identity restorer, PSNR/SSIM);
 
 once with the streaming cache at `cache_mb` (DGNO_IMAGE_CACHE_MB) and once with a budget larger
-than the data, which holds every decoded image as the pipeline did before streaming. The goal is
+than the data, which holds every decoded image (memory that follows the data). The goal is
 that streamed peak memory grows by at most 20 % from N to 10 N images. N is chosen so that even
 the N dataset exceeds the cache: below that, the cache holds everything and memory follows the data
 up to the budget (baseline + budget is the bound). Not a test: minutes of CPU and ~1 GB of disk.
@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import tifffile
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # One measurement: run in a fresh interpreter, print peak RSS in MB as the last line.
 CHILD = r"""
@@ -106,7 +106,7 @@ def main() -> None:
             growth[f"{kind}_{mode}"] = round(100 * (large / small - 1), 1)
     out = {
         "benchmark": "peak RSS of training (5 iterations, GG smoke) and evaluation (identity, PSNR/SSIM), N vs 10 N pairs",
-        "command": "python benchmarks/bench_memory_streaming.py " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.cpu.memory_streaming " + " ".join(sys.argv[1:]),
         "image_size": args.size,
         "goal": "streamed growth from N to 10 N <= 20 %",
         "growth_percent": growth,

@@ -1,6 +1,6 @@
 """Benchmark every registered method: parameters, CPU forward time / peak memory, demo training speed.
 
-    python benchmarks/bench_models.py OUT_JSON [--models a,b] [--size 256] [--train-iters 300] [--threads 1]
+    python -m benchmarks.cpu.models OUT_JSON [--models a,b] [--size 256] [--train-iters 300] [--threads 1]
 
 Per model (each measured in a fresh subprocess, so one model's memory peak cannot hide another's):
 
@@ -29,8 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dgno.analysis.timing import wall_times
 from dgno.io import write_json
 
+ROOT = Path(__file__).resolve().parents[2]  # the repository root, from where ``-m benchmarks...`` imports
 DEFAULT_MODELS = [
     "gkmnet", "mimo-unet", "nafnet", "swinir", "mambairv2", "restormer", "mpt",
     "nafnet-dgno", "restormer-dgno", "mpt-dgno", "dgno-face", "dgno-cell",
@@ -119,9 +121,8 @@ def worker_forward(name: str, size: int) -> dict[str, Any]:
         x = torch.rand(1, 1, size, size)
         rss_before = _status_kb("VmRSS")
         reset = _reset_peak_rss()
-        t0 = time.perf_counter()
-        out = model(x)
-        forward_s = time.perf_counter() - t0
+        timing = wall_times(lambda: model(x), repeats=1)
+        out, forward_s = timing.result, timing.best
     peak = _status_kb("VmHWM")
     assert out[-1].shape == x.shape
     return {
@@ -158,11 +159,8 @@ def worker_train(name: str, iters: int) -> dict[str, Any]:
         opt.step()
         return float(loss)
 
-    step()  # warm-up step (not timed): first-call overheads
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        last = step()
-    train_s = time.perf_counter() - t0
+    timing = wall_times(step, repeats=iters, warmup=1)  # one untimed step first: first-call overheads
+    last, train_s = timing.result, sum(timing.times)
     return {
         "params_demo": _count(model),
         "train_iters": iters,
@@ -175,9 +173,9 @@ def worker_train(name: str, iters: int) -> dict[str, Any]:
 def _run_worker(task: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Run one measurement in a fresh interpreter with ``args.threads`` threads; its last stdout line is JSON."""
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
-    cmd = [sys.executable, __file__, "--worker", task, "--name", name, "--size", str(args.size),
+    cmd = [sys.executable, "-m", "benchmarks.cpu.models", "--worker", task, "--name", name, "--size", str(args.size),
            "--train-iters", str(args.train_iters), "--threads", str(args.threads)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, cwd=ROOT)
     if proc.returncode:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])

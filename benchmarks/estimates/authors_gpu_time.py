@@ -1,6 +1,6 @@
 """Expected GPU time of `snakemake --profile slurm authors`, from the recorded H100 forward-pass benchmarks.
 
-    python benchmarks/authors_gpu_time.py [benchmarks/results/gpu_speed_h100.json] [--fields 154] [--repeats 5]
+    python -m benchmarks.estimates.authors_gpu_time [benchmarks/results/gpu_speed_h100.json] [--fields 154] [--repeats 5]
 
 How: every restoration the target runs is counted in 512-px tiles and divided by the measured
 throughput of DGNO at 512² on the H100 (fp32, Triton scan, eager: the evaluation does not use CUDA
@@ -45,7 +45,7 @@ def estimate(records: list[dict], *, fields: int, repeats: int, levels: int = 6,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", nargs="?", default=str(Path(__file__).parent / "results" / "gpu_speed_h100.json"))
+    parser.add_argument("results", nargs="?", default=str(Path(__file__).resolve().parents[1] / "results" / "gpu_speed_h100.json"))
     parser.add_argument("--fields", type=int, default=154, help="test fields per channel in the authors' split (default 154 = 768 / 5)")
     parser.add_argument("--repeats", type=int, default=5, help="Gumbel repeats (evaluate.gumbel_repeats; 5 in config/paper.yaml)")
     args = parser.parse_args()
