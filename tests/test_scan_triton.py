@@ -97,7 +97,7 @@ def test_triton_scan_matches_reference_float64(case):
 
 
 def test_triton_scan_float32_within_mamba_tolerance():
-    """float32 kernels against the float64 reference: the issue's 1e-4 bound, with margin."""
+    """float32 kernels against the float64 reference: a 1e-4 bound, with margin."""
     err = _run(dtype="float32", b=1, d=4, n=8, L=300, G=1, block_l=128, channels=2, softplus=True, bias=True, last=False)
     assert err.pop("dtype_kept")
     assert max(err.values()) < 1e-5, err
