@@ -18,6 +18,7 @@ from dgno.models.registry import build_model
 from dgno.report.psnr_params import measured_psnr_params, paper_psnr_params, published_params
 
 
+@pytest.mark.slow
 def test_cost_table_counts_every_method_and_size():
     frame = cost_table(
         {"gg": {"model": "gg"}, "cell": {"model": "dgno-cell", "overrides": {"flux": "jump"}}}, sizes=[32, 64], scale="smoke"

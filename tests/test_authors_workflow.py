@@ -34,6 +34,7 @@ def _jobs(text: str) -> dict[str, int]:
     return {name: int(n) for name, n in re.findall(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
 
 
+@pytest.mark.slow
 def test_dry_run_of_the_slurm_profile_lists_archive_imports_and_evaluations():
     """The documented dry run, verbatim from the repository root: `snakemake -n --profile slurm authors`."""
     proc = subprocess.run([SNAKEMAKE, "-n", "--profile", "slurm", "authors"], cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -13,6 +13,7 @@ import pytest
 from conftest import ROOT
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_smoke_run_writes_every_phase_and_the_decisions(tmp_path):
     out = tmp_path / "levers.json"

@@ -55,6 +55,7 @@ def served(tmp_path):
         server.server_close()
 
 
+@pytest.mark.e2e
 def test_workflow_downloads_imports_and_evaluates_the_authors_weights(served, tmp_path):
     base_url, folder = served
     options = tmp_path / "options"

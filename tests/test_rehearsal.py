@@ -69,6 +69,7 @@ def write_overlay(path: Path, *, loopback: str, histech: Path, options: Path) ->
     return path
 
 
+@pytest.mark.slow
 def test_overlay_plans_every_rule_of_the_paper_dag(tmp_path):
     """Seconds: a new rule in the paper DAG that the shrunken rehearsal would not reach fails here, in `make test`."""
     paper = ROOT / "config" / "paper.yaml"
