@@ -18,6 +18,7 @@ from dgno.models.registry import build_model
 from dgno.report.psnr_params import measured_psnr_params, paper_psnr_params, published_params
 
 
+@pytest.mark.slow
 def test_cost_table_counts_every_method_and_size():
     frame = cost_table(
         {"gg": {"model": "gg"}, "cell": {"model": "dgno-cell", "overrides": {"flux": "jump"}}}, sizes=[32, 64], scale="smoke"
@@ -183,7 +184,7 @@ def test_dataset_rank_table_from_checkpoints(tmp_path):
 
 
 def test_gpu_speed_file_rows_and_tables(tmp_path):
-    """A bench_gpu_speed.py file: every mode becomes a row; graph replays carry no (understated) memory;
+    """A benchmarks/gpu/speed.py file: every mode becomes a row; graph replays carry no (understated) memory;
     the paper-protocol table shows DGNO ÷ Restormer beside the paper's ratio."""
     from dgno.report.cost_section import speed_tables
 
@@ -226,8 +227,8 @@ def test_a_results_list_of_another_benchmark_is_other_not_unreadable(tmp_path):
     assert frame["kind"].tolist() == ["other"]
 
 
-def _issue27_blob() -> dict:
-    """A bench_issue27.py result as the GPU run writes it (constructed: no GPU here)."""
+def _levers_blob() -> dict:
+    """A benchmarks/gpu/levers_and_evaluation.py result as the GPU run writes it (constructed: no GPU here)."""
     prov = {"device": "cuda: NVIDIA H100 80GB HBM3", "git_commit": "def456", "time_utc": "2026-12-01T10:00:00+00:00"}
 
     def step(levers, ms):
@@ -239,37 +240,38 @@ def _issue27_blob() -> dict:
                 "mode": mode, "images_per_second": ips, "peak_allocated_mb": 400.0}  # fmt: skip
 
     return {
-        "benchmark": "Issue 27", "provenance": prov,
+        "benchmark": "Training-step levers, bf16, inference ratios, whole-test-set evaluation", "provenance": prov,
         "inference": [inf("dgno-cell", "graphs+cl", 90.0), inf("dgno-cell", "eager", 30.0), inf("restormer", "graphs", 36.0), inf("restormer", "autograd", 15.0), inf("dgno-cell", "autograd", 27.0)],
-        "train": [step("today", 323.0), step("channels_last", 280.0), step("paid: channels_last+cuda_graphs", 190.0)],
+        "train": [step("default", 323.0), step("channels_last", 280.0), step("paid: channels_last+cuda_graphs", 190.0)],
         "eval_pipeline": [{"model": "dgno-cell", "config": "graphs+overlap_io", "frames": 32, "frame": [520, 696], "tile": 512, "tile_batch": 4,
                            "cuda_graphs": True, "overlap_io": True, "images_per_second": 12.5, "gpu_utilisation_percent": 87.0}],
         "grad_check": [{"model": "dgno-cell", "routing": "deterministic", "levers": "paid: channels_last+cuda_graphs",
-                        "fastest_vs_today": {"grad_rel_l2": 2e-4, "loss_rel": 1e-6}, "today_vs_today": {"grad_rel_l2": 1e-4, "loss_rel": 0.0}}],
+                        "fastest_vs_default": {"grad_rel_l2": 2e-4, "loss_rel": 1e-6}, "default_vs_default": {"grad_rel_l2": 1e-4, "loss_rel": 0.0}}],
         "bf16_training": [{"model": "dgno-cell", "iterations": 300, "fp32_val_psnr": 30.12, "bf16_val_psnr": 30.02, "gap_db_fp32_minus_bf16": 0.1,
                            "bf16_allowed": False, "fp32_seconds_per_iteration": 0.08, "bf16_seconds_per_iteration": 0.06}],
         "compile": [{"model": "dgno-cell", "levers": "compile", "compile_seconds": 95.0, "ms_per_it": 250.0, "reference_ms": 323.0, "break_even_iterations": 1301.0}],
-        "dg_layers": [{"model": "dgno-cell", "total_ms": 24.0, "share_of_todays_step": 0.074, "levels": [{"fwd_bwd_ms": 12.0}], "full_res_compiled_fwd_bwd_ms": 5.0}],
+        "dg_layers": [{"model": "dgno-cell", "total_ms": 24.0, "share_of_default_step": 0.074, "levels": [{"fwd_bwd_ms": 12.0}], "full_res_compiled_fwd_bwd_ms": 5.0}],
         "decisions": {"train_levers_keep": ["channels_last", "cuda_graphs"], "gradient_check_passed": True,
                       "train_settings_for_paper_config": {"channels_last": True, "cuda_graphs": True}, "evaluate_settings_for_paper_config": {"cuda_graphs": True}},
     }  # fmt: skip
 
 
-def test_issue27_file_gives_lever_rows_evaluations_and_findings(tmp_path, capsys):
-    """bench_issue27.py records reach the report's runtime section and benchmarks/gpu_speed_table.py:
+def test_levers_file_gives_lever_rows_evaluations_and_findings(tmp_path):
+    """levers_and_evaluation.py records reach the report's runtime section and benchmarks/tools/gpu_speed_table.py:
     training rows name their levers, evaluations get their own table, findings are sentences."""
-    import runpy
+    import subprocess
+    import sys
 
     from conftest import ROOT
 
     from dgno.report.cost_section import runtime_section, speed_tables
 
-    path = tmp_path / "issue27_h100.json"
-    path.write_text(json.dumps(_issue27_blob()))
+    path = tmp_path / "levers_h100.json"
+    path.write_text(json.dumps(_levers_blob()))
     frame = load_bench_results([path])
     assert sorted(frame["kind"].unique()) == ["decision", "evaluate", "forward", "train"]
     train = frame[frame["kind"] == "train"]
-    assert train["mode"].tolist() == ["train+levers"] * 3 and train["detail"].tolist()[:2] == ["today's step", "levers: channels_last"]
+    assert train["mode"].tolist() == ["train+levers"] * 3 and train["detail"].tolist()[:2] == ["the default step (no lever)", "levers: channels_last"]
     findings = frame[frame["kind"] == "decision"].set_index("model")["detail"]
     assert "gap +0.100 dB" in findings["bf16 training"] and "stays false" in findings["bf16 training"]
     assert "pays after 1301 iterations" in findings["torch.compile"] and "2.0e-04" in findings["gradient check"]
@@ -291,6 +293,6 @@ def test_issue27_file_gives_lever_rows_evaluations_and_findings(tmp_path, capsys
     (head, rows), *_ = sec.text_tables
     assert head == ["file", "topic", "finding"] and {r[1] for r in rows} >= {"bf16 training", "torch.compile", "gradient check"}
 
-    runpy.run_path(str(ROOT / "benchmarks" / "gpu_speed_table.py"), run_name="not_main")["main"]([str(path)])
-    printed = capsys.readouterr().out
-    assert "Findings of the issue-27 benchmark" in printed and "graphs+overlap_io" in printed
+    cmd = [sys.executable, "-m", "benchmarks.tools.gpu_speed_table", str(path)]
+    printed = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True, timeout=120).stdout
+    assert "Findings of the training-step levers benchmark" in printed and "graphs+overlap_io" in printed

@@ -156,6 +156,7 @@ def _view(label: str, t: int, element_size: int | None, flux: bool, hw=(150, 170
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_figure_writes_png_and_svg(tmp_path):
     views = [_view("DGNO-Cell", 0, 8, True), _view("DGNO-Cell", 1, 8, True), _view("SRNO (GG)", 1, None, False), _view("LG", 1, 8, False)]
     out = tmp_path / "operators_x.png"
@@ -184,6 +185,7 @@ def test_dataset_views_from_checkpoints(tmp_path):
     assert set(frame.columns) >= {"latent_interface_ratio", "flux_interface_ratio", "flux_interface_ratio_std", "flux_boundary_ratio", "flux_to_latent_energy"}
 
 
+@pytest.mark.slow
 def test_report_shows_the_figure_with_its_ratio(tmp_path):
     from dgno.report.build import build_report
     from dgno.workflow.config import load_config
@@ -207,6 +209,7 @@ def test_report_shows_the_figure_with_its_ratio(tmp_path):
     assert 'alt="Learned operators on one blurred test image' in ops
 
 
+@pytest.mark.slow
 def test_rule_is_in_the_smoke_dag(tmp_path):
     proc = subprocess.run(
         [SNAKEMAKE, "-n", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile", str(ROOT / "tests" / "smoke.yaml")],

@@ -11,6 +11,9 @@ own layer and the layers below it:
 with ``optics.sigma_blur``, ``data.synth`` adds ``optics.noise``'s camera noise); the physics imports no
 dataset code. A new top-level module or package must be given a layer here.
 
+``benchmarks/`` is a package too (run as ``python -m benchmarks.<folder>.<script>``): it follows the same
+size rules, and no file of it edits ``sys.path`` to find another.
+
 "Module level" means executed on import (everything outside function bodies; ``if TYPE_CHECKING``
 blocks only count for the layer order). Function-local imports of the package are allowed only to keep
 a heavy import (torch, TensorFlow, matplotlib) out of a light path, with the reason on the line.
@@ -26,6 +29,7 @@ from conftest import ROOT
 
 SRC = ROOT / "src"
 PACKAGE = SRC / "dgno"
+BENCHMARKS = ROOT / "benchmarks"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("dgno", "dgno.io", "dgno.choices", "dgno.provenance", "dgno.metrics", "dgno.lpips_offline", "dgno.stats")),
@@ -48,8 +52,8 @@ MAX_LOCAL_IMPORTS = 10
 MODEL_CODE = ("dgno/layers/",) + tuple(
     f"dgno/models/{name}.py" for name in ("baselines", "dgno", "gkmnet", "lifting", "mambairv2", "mimo_unet", "mpt")
 )
-# Known exceptions in files that other branches of this round are changing; each entry must still be
-# needed (a stale entry fails), so the list empties as they land.
+# Known exceptions, each waiting for a change to its file; an entry must still be needed (a stale entry
+# fails), so the lists empty as the changes land.
 PENDING_CYCLES: set[frozenset[str]] = set()
 PENDING_FUNCTIONS: set[str] = set()
 PENDING_REASONS: set[str] = set()
@@ -236,19 +240,26 @@ def test_few_function_local_imports_each_with_its_reason():
     assert not stale, f"PENDING_REASONS lists files whose local imports all give a reason now: {stale}; remove them"
 
 
+def _size_problems(path: Path, tree: ast.Module, lines: int, rel: str) -> tuple[list[str], list[str]]:
+    """(the module if it is over the line limit, its functions over theirs), named by ``rel``."""
+    modules = [f"{rel}: {lines} lines"] if lines > MAX_MODULE_LINES else []
+    functions = [
+        f"{rel}::{node.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    return modules, functions
+
+
 def _sizes() -> tuple[list[str], list[str]]:
     modules, functions = [], []
     for mod in MODULES.values():
         rel = mod.path.relative_to(SRC).as_posix()
         if rel.startswith(MODEL_CODE):
             continue
-        if mod.lines > MAX_MODULE_LINES:
-            modules.append(f"{rel}: {mod.lines} lines")
-        for node in ast.walk(mod.tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                n = node.end_lineno - node.lineno + 1
-                if n > MAX_FUNCTION_LINES:
-                    functions.append(f"{rel}::{node.name}")
+        m, f = _size_problems(mod.path, mod.tree, mod.lines, rel)
+        modules += m
+        functions += f
     return modules, functions
 
 
@@ -259,3 +270,56 @@ def test_modules_and_functions_are_small_outside_model_code():
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
     stale = sorted(PENDING_FUNCTIONS - set(functions))
     assert not stale, f"PENDING_FUNCTIONS lists functions that are now short enough (or gone): {stale}; remove them"
+
+
+def _benchmark_files() -> list[Path]:
+    return sorted(p for p in BENCHMARKS.rglob("*.py") if "results" not in p.relative_to(BENCHMARKS).parts)
+
+
+def test_benchmarks_follow_the_size_rules_of_the_package():
+    modules, functions = [], []
+    for path in _benchmark_files():
+        text = path.read_text()
+        m, f = _size_problems(path, ast.parse(text), len(text.splitlines()), path.relative_to(ROOT).as_posix())
+        modules += m
+        functions += f
+    assert not modules, f"benchmark modules over {MAX_MODULE_LINES} lines (split them by phase or topic): {modules}"
+    assert not functions, f"benchmark functions over {MAX_FUNCTION_LINES} lines: {functions}"
+
+
+def _edits_sys_path(tree: ast.Module) -> list[int]:
+    """Lines that change ``sys.path`` (a call on it, or an assignment to it)."""
+    def is_sys_path(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name) and node.value.id == "sys"
+
+    def edits(node: ast.AST) -> bool:
+        if isinstance(node, ast.Call):
+            return isinstance(node.func, ast.Attribute) and is_sys_path(node.func.value)
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+        return any(is_sys_path(t) for t in targets)
+
+    lines = [node.lineno for node in ast.walk(tree) if edits(node)]
+    return sorted(lines)
+
+
+def test_benchmarks_are_a_package_that_imports_without_sys_path_edits():
+    """Every folder of benchmarks/ is a package, an import of ``benchmarks.x`` names a file that exists, and no
+    benchmark reaches another file (or the tests) through ``sys.path``."""
+    folders = {p.parent for p in _benchmark_files()}
+    assert not [f for f in folders if not (f / "__init__.py").exists()], "benchmark folders without __init__.py"
+    edits, missing = [], []
+    for path in _benchmark_files():
+        tree = ast.parse(path.read_text())
+        edits += [f"{path.relative_to(ROOT)}:{line}" for line in _edits_sys_path(tree)]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("benchmarks"):
+                target = ROOT.joinpath(*node.module.split("."))
+                if not (target.with_suffix(".py").exists() or (target / "__init__.py").exists()):
+                    missing.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.module}")
+    assert not edits, f"sys.path edits in benchmarks (import through the benchmarks package instead): {edits}"
+    assert not missing, f"imports of benchmark modules that do not exist: {missing}"
+
+
+def test_the_sys_path_finder_sees_inserts_appends_and_assignments():
+    tree = ast.parse("import sys\nsys.path.insert(0, 'x')\nsys.path.append('y')\nsys.path = []\nsys.path += ['z']\nprint(sys.path)\n")
+    assert _edits_sys_path(tree) == [2, 3, 4, 5]

@@ -1,7 +1,7 @@
 """Target `authors`: the authors' archive, split and released weights through Snakemake, offline.
 
 A replica of the authors' BBBC006.tar.gz (tests/bbbc006_replica.py), the Broad archives of the same
-fields and the six released checkpoints at toy size (rebuilt from ../shared/official) are served on
+fields and the six released checkpoints at toy size (rebuilt from tests/fixtures/official) are served on
 127.0.0.1; the workflow downloads, pairs, checks, splits, maps, imports, evaluates (argmax and Gumbel
 repeats), segments and writes the reproduction table and report.
 """
@@ -34,8 +34,9 @@ def _jobs(text: str) -> dict[str, int]:
     return {name: int(n) for name, n in re.findall(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
 
 
+@pytest.mark.slow
 def test_dry_run_of_the_slurm_profile_lists_archive_imports_and_evaluations():
-    """Done-when of issue 25, verbatim from the repository root: `snakemake -n --profile slurm authors`."""
+    """The documented dry run, verbatim from the repository root: `snakemake -n --profile slurm authors`."""
     proc = subprocess.run([SNAKEMAKE, "-n", "--profile", "slurm", "authors"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     jobs = _jobs(proc.stdout + proc.stderr)

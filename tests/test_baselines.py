@@ -95,7 +95,7 @@ def _params(name: str, in_channels: int) -> int:
 
 
 def test_paper_sizes_match_published_counts():
-    # RGB counts of the published configurations (see benchmarks/bench_models.py for sources)
+    # RGB counts of the published configurations (see benchmarks/cpu/models.py for sources)
     assert _params("nafnet", 3) == 17_111_907  # NAFNet-width32, GoPro
     assert _params("restormer", 3) == 26_126_644  # Restormer, motion deblurring (26.13 M)
     assert _params("mpt", 3) == 19_799_356  # MPT default model (19.80 M)

@@ -267,7 +267,7 @@ def test_benchmark_ratio_uses_the_newest_file_with_both_models(tmp_path):
     assert out["mem"]["measured"] == pytest.approx(0.25) and out["mem"]["verdict"] == "supported"
     assert out["mem"]["scale"] == "paper scale (recorded benchmark)" and "new.json" in out["mem"]["notes"][0]
     assert out["speed"]["measured"] == pytest.approx(2.0) and out["speed"]["verdict"] == "contradicted"
-    assert out["mem512"]["verdict"] == "not run" and "bench_gpu_speed.py" in out["mem512"]["command"]
+    assert out["mem512"]["verdict"] == "not run" and "benchmarks.gpu.speed" in out["mem512"]["command"]
 
 
 def test_claims_section_lists_every_claim_and_the_command_of_a_missing_one(tmp_path):

@@ -1,6 +1,6 @@
 """`dgno deblur --official NAME` / `--checkpoint FILE.pth`: the authors' released weights on users' own images.
 
-The released checkpoint (at toy size, rebuilt from ../shared/official) is served on 127.0.0.1
+The released checkpoint (at toy size, rebuilt from tests/fixtures/official) is served on 127.0.0.1
 (``DGNO_OFFICIAL_URL``); the cache is a temporary folder (``DGNO_CACHE``).
 """
 

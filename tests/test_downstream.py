@@ -21,6 +21,9 @@ import pytest
 from dgno.experiments import stardist as ds
 from dgno.experiments import stardist_training
 
+# TensorFlow and StarDist take 20-90 s to import on 2 cores and the tiny model a minute to train: make test, not make test-fast.
+pytestmark = pytest.mark.slow
+
 
 def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}

@@ -119,6 +119,7 @@ def _closure(names) -> set[str]:
     return seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env", ENVS)
 def test_each_environment_provides_what_its_scripts_import(env):
     scripts = sorted(_rule_scripts()[env])

@@ -77,6 +77,7 @@ def test_a_training_costs_its_pixels_per_step_and_progressive_stages(tmp_path):
     assert est.train_cost(config, progressive, rates)[0] == pytest.approx(expected)
 
 
+@pytest.mark.slow
 def test_the_paper_estimate_is_the_sum_of_its_parts(paper_estimate):
     rows = paper_estimate.per_rule()
     assert paper_estimate.total == pytest.approx(sum(j.gpu_hours for j in paper_estimate.jobs))
@@ -102,6 +103,7 @@ def test_the_claims_config_fits_twelve_gpu_hours():
     assert all(key.endswith("bf16") for key in claims.rates if key.startswith("train"))
 
 
+@pytest.mark.slow
 def test_cli_and_an_unknown_target(capsys):
     assert main(["estimate", "--configfile", str(CLAIMS), "--json", "results/tables/synthetic.csv"]) == 0
     out = capsys.readouterr().out

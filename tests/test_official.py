@@ -1,8 +1,9 @@
 """The authors' DGNO, exactly: their checkpoints import strictly and reproduce their network's outputs.
 
-Golden fixtures (``../shared/official``, made from the authors' public code): per case a recipe that
-regenerates an authors'-format checkpoint bit-exactly, two inputs and the authors' outputs at all
-three scales in float64; plus the key/shape manifest of the six released configurations.
+Reference fixtures (``tests/fixtures/official``, made with the authors' public code; provenance in its
+README): per case a recipe that regenerates an authors'-format checkpoint bit-exactly, two inputs and the
+authors' outputs at all three scales in float64; plus the key/shape manifest of the six released
+configurations.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import numpy as np
 import pytest
 import tifffile
 import torch
-from fixtures_official import fixture_dir, regenerate_state_dict
+from fixtures_official import OFFICIAL
 
 from dgno.checkpoint import import_official, load_trained
 from dgno.cli import main as dgno_main
 from dgno.io import InputError
-from dgno.models.official import convert_state_dict, face_indices, model_from_options
+from dgno.models.official import convert_state_dict, face_indices, model_from_options, regenerate_state_dict
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import build_model
 
@@ -36,7 +37,7 @@ def _sha256(state: dict[str, torch.Tensor]) -> str:
 @pytest.fixture(scope="module", params=CASES)
 def imported(request, tmp_path_factory):
     """(case folder, imported model.pt) for each fixture case, through the ``dgno import-official`` CLI."""
-    case = fixture_dir() / request.param
+    case = OFFICIAL / request.param
     options = json.loads((case / "options.json").read_text())
     state = regenerate_state_dict(json.loads((case / "weights.json").read_text()))
     assert _sha256(state) == options["recipe"]["state_dict_sha256"]  # the recipe was followed bit-exactly
@@ -81,7 +82,7 @@ def test_imported_model_through_dgno_deblur_in_float32(imported, tmp_path):
 
 
 def _manifest() -> dict:
-    return json.loads((fixture_dir() / "manifest_paper_scale.json").read_text())["configs"]
+    return json.loads((OFFICIAL / "manifest_paper_scale.json").read_text())["configs"]
 
 
 def _manifest_state(entry: dict) -> dict[str, torch.Tensor]:

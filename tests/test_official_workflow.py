@@ -1,6 +1,6 @@
 """The authors' released checkpoints in the workflow: download (loopback server) → import → evaluate.
 
-A checkpoint regenerated from the golden fixture ``w1_cell`` (the authors' format, reduced size) is
+A checkpoint regenerated from the reference fixture ``w1_cell`` (tests/fixtures/official) (the authors' format, reduced size) is
 served over HTTP on 127.0.0.1; the workflow downloads it, imports it and evaluates it as the method
 ``dgno-cell-authors``, exactly as the paper config does for the six released checkpoints.
 """
@@ -19,14 +19,14 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT, SNAKEMAKE
-from fixtures_official import fixture_dir, regenerate_state_dict
+from fixtures_official import OFFICIAL
 
 from dgno.checkpoint import load_trained, weights_digest
 from dgno.data.paired import load_pairs
 from dgno.inference.evaluate import model_restorer
 from dgno.io import InputError
 from dgno.metrics import psnr
-from dgno.models.official import fetch_official
+from dgno.models.official import fetch_official, regenerate_state_dict
 
 NAME = "DGNO_BBBC006_w1_Cell"
 
@@ -39,7 +39,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture
 def served(tmp_path):
     """(base URL, folder): a loopback HTTP server over a folder holding the fixture checkpoint."""
-    case = fixture_dir() / "w1_cell"
+    case = OFFICIAL / "w1_cell"
     folder = tmp_path / "served"
     folder.mkdir()
     state = regenerate_state_dict(json.loads((case / "weights.json").read_text()))
@@ -55,11 +55,12 @@ def served(tmp_path):
         server.server_close()
 
 
+@pytest.mark.e2e
 def test_workflow_downloads_imports_and_evaluates_the_authors_weights(served, tmp_path):
     base_url, folder = served
     options = tmp_path / "options"
     options.mkdir()
-    network_g = json.loads((fixture_dir() / "w1_cell" / "options.json").read_text())["network_g"]
+    network_g = json.loads((OFFICIAL / "w1_cell" / "options.json").read_text())["network_g"]
     (options / f"{NAME}.yml").write_text(yaml.safe_dump({"name": NAME, "network_g": network_g}))
     cfg = yaml.safe_load((ROOT / "tests" / "smoke.yaml").read_text())
     cfg["datasets"] = {"nuclei": cfg["datasets"]["nuclei"]}

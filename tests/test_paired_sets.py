@@ -43,6 +43,7 @@ def run_snakemake(tmp_path: Path, config: Path, *targets: str) -> subprocess.Com
 TARGETS = [f"results/data/{ds}/manifest.json" for ds in ("dpdd", "realdof", "3dhistech")]
 
 
+@pytest.mark.e2e
 def test_paired_chain_through_the_workflow(tmp_path, bbbc006_server):  # noqa: F811
     srv = bbbc006_server
     srv.archives["DPDD.zip"] = dpdd_zip()
@@ -87,6 +88,7 @@ def test_paired_chain_through_the_workflow(tmp_path, bbbc006_server):  # noqa: F
     assert not (tmp_path / "results" / "train" / "realdof").exists()
 
 
+@pytest.mark.e2e
 def test_missing_data_fail_with_instructions_and_leave_nothing(tmp_path, bbbc006_server):  # noqa: F811
     srv = bbbc006_server  # serves no DPDD.zip: the download fails with HTTP 404
     missing = tmp_path / "histech_not_here"

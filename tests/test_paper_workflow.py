@@ -7,11 +7,13 @@ import csv
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import ROOT, SNAKEMAKE
 from fixtures_http import bbbc006_http_session, bbbc006_server  # noqa: F401  (fixtures)
 
 
+@pytest.mark.slow
 def test_paper_dag_lists_every_experiment(tmp_path):
     proc = subprocess.run(
         [SNAKEMAKE, "-n", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile", str(ROOT / "config" / "paper.yaml")],
@@ -60,6 +62,7 @@ def test_paper_dag_lists_every_experiment(tmp_path):
     assert "results/train/bbbc006_w1/dgno-face/flux=avg_jump/boundary=neumann/model.pt" in out  # a new setting trains
 
 
+@pytest.mark.e2e
 def test_bbbc006_chain_through_the_workflow(tmp_path, bbbc006_server):  # noqa: F811
     bbbc006_server.faults.drop_first.add("BBBC006_v1_images_z_16.zip")  # a dropped connection is resumed
     cfg = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())

@@ -37,6 +37,7 @@ def _profile(name: str) -> dict:
     return yaml.safe_load(path.read_text()) if path.exists() else {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PROFILES)
 def test_set_resources_name_real_rules(name, rule_names):
     assert {"train", "evaluate", "train_stardist", "stardist_pretrained", "official_checkpoint"} <= rule_names
@@ -61,6 +62,7 @@ def rule_blocks() -> dict[str, str]:
     return blocks
 
 
+@pytest.mark.slow
 def test_every_rule_declares_threads_memory_runtime_and_gpu_from_the_table(rule_names):
     blocks = rule_blocks()
     assert set(blocks) == rule_names - {"all"}

@@ -49,6 +49,7 @@ def _start_and_wait_for_a_job(workdir: Path, target: str) -> subprocess.Popen:
     raise AssertionError("no job started within 300 s")
 
 
+@pytest.mark.e2e
 def test_stale_lock_of_a_killed_run_is_removed_and_the_plain_rerun_redoes_its_job(tmp_path):
     proc = _start_and_wait_for_a_job(tmp_path, SPLIT)
     os.killpg(proc.pid, signal.SIGKILL)  # Snakemake and its job: no chance to clean up
@@ -78,6 +79,7 @@ def test_stale_lock_of_a_killed_run_is_removed_and_the_plain_rerun_redoes_its_jo
     assert not list((tmp_path / ".snakemake" / "incomplete").glob("*")) and not recovery.lock_files(tmp_path)
 
 
+@pytest.mark.e2e
 def test_a_live_snakemake_of_this_checkout_keeps_its_lock_and_finishes(tmp_path):
     proc = _start_and_wait_for_a_job(tmp_path, BLUR)
     try:

@@ -13,10 +13,8 @@
 tests/rehearsal.yaml shrinks sizes and iterations and keeps one point per experiment and ablation
 grid; the test checks that every rule name of the full paper DAG (its dry run) really ran, and that
 the numbers it wrote hold together (`check_*` below: scores, tables, training, analyses).
-Measured: 8 min 13 s and 8 min 41 s on the reference machine (2 CPU cores; 120 jobs, 40 rule names) before
-issue 25; with its authors' archive, Gumbel repeats and reproduction table (44 rule names) 19 min 30 s once, on
-the same 2 cores shared with other work (load average about 3). The fast test
-below (part of `make test`) checks on every run that the overlay still plans every rule of the paper DAG.
+Measured run times are in docs/performance.md. The fast test below (part of `make test`) checks on every
+run that the overlay still plans every rule of the paper DAG.
 """
 
 from __future__ import annotations
@@ -71,6 +69,7 @@ def write_overlay(path: Path, *, loopback: str, histech: Path, options: Path) ->
     return path
 
 
+@pytest.mark.slow
 def test_overlay_plans_every_rule_of_the_paper_dag(tmp_path):
     """Seconds: a new rule in the paper DAG that the shrunken rehearsal would not reach fails here, in `make test`."""
     paper = ROOT / "config" / "paper.yaml"

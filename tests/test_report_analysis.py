@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from dgno.report.build import build_report
 from dgno.report.figures import cost_vs_resolution, effective_rank_bars, psnr_vs_params, runtime_memory
@@ -28,6 +29,7 @@ def _rank_frame() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@pytest.mark.slow
 def test_analysis_sections_render_from_results_files(tmp_path):
     cfg = load_config(ROOT / "config.yaml")
     results = tmp_path / "results"

@@ -271,6 +271,7 @@ def test_kernel_weights_are_keys_cubic_and_linear():
     assert torch.allclose(w, torch.stack([1 - (a - o).abs() for o in offsets]), atol=1e-14)
 
 
+@pytest.mark.slow
 def test_operator_is_differentiable_in_the_image():
     """B and Bᵀ carry each other as derivatives, so autograd through A and Aᵀ matches finite differences."""
     op = RingBlur(coeffs=COEFFS, image_shape=(12, 15), field_radius=8.0, dtype=torch.float64)

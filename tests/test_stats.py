@@ -25,6 +25,7 @@ def _scores(
     return pd.DataFrame(rows_a), pd.DataFrame(rows_b)
 
 
+@pytest.mark.slow
 def test_paired_interval_covers_the_true_difference():
     """≥ 90 % of 200 seeded repetitions cover the known lead (nominal 95 %)."""
     truth, covered = 0.2, 0

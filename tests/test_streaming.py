@@ -1,6 +1,6 @@
 """Images streamed from disk through a bounded cache give exactly the crops and scores of decoding all.
 
-The reference is what the pipeline did before streaming: every pair decoded by read_image and held.
+The reference holds every pair, decoded by read_image: no streaming, no cache.
 A cache budget far below one image makes every access decode again, the opposite extreme.
 """
 

@@ -100,6 +100,7 @@ def _sigterm_once_logged(metrics: Path, rows: int) -> threading.Thread:
     return watcher
 
 
+@pytest.mark.slow
 def test_sigterm_writes_checkpoint_and_rerun_resumes(tiny_dataset, tmp_path):
     choice = ModelChoice(name="gg", scale="smoke")
     out = tmp_path / "run"
@@ -222,7 +223,10 @@ def _registry():
     return list_models()
 
 
-@pytest.mark.parametrize("name", _registry())
+SLOW_TO_OVERFIT = {"mpt", "gkmnet", "mpt-dgno", "restormer-dgno", "nafnet-dgno"}  # 9-11 s each on a busy 2-core machine
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_TO_OVERFIT else n for n in _registry()])
 def test_loss_decreases_when_overfitting(tiny_dataset, tmp_path, name):
     """Every model of the registry (DGNO family and baselines) learns a tiny set through dgno.train."""
     cfg = _cfg(iterations=40, lr=2e-3, log_every=1, val_every=1000, checkpoint_every=1000)
@@ -292,6 +296,7 @@ def test_prefetch_producer_error_is_raised_in_the_training_thread(tiny_dataset):
         stream.close()
 
 
+@pytest.mark.slow
 def test_prefetch_does_not_change_training_and_resume_stays_exact(tiny_dataset, tmp_path):
     """prefetch=0 and prefetch=3 train identical weights; with prefetch, a run resumed from a mid-run
     checkpoint (batches cut ahead were lost with the process) still ends bit-identical."""

@@ -42,6 +42,7 @@ def _torchrun(config: Path, data: Path, out: Path, iterations: int) -> None:
     assert [line for line in proc.stdout.splitlines() if line.endswith("model.pt")] == [str(out / "model.pt")]  # rank 0 only
 
 
+@pytest.mark.slow
 def test_torchrun_two_ranks_write_once_agree_and_resume_exactly(tiny_dataset, tmp_path):
     """gkmnet has BatchNorm running statistics, the state DDP does not average: the hardest case for
     "the EMA is identical on every rank". Each rank compares its EMA digest with the others before

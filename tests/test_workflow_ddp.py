@@ -54,6 +54,7 @@ def test_paper_recipe_on_four_gpus_is_the_authors_eight_crops_per_gpu():
     assert [s["batch_size"] // 4 for s in stages] == [8, 5, 4, 3, 2]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed (torchrun)")
 def test_torchrun_launch_trains_in_this_environment_whatever_is_on_path(tiny_dataset, tmp_path):
     """The rule's multi-process path, run for real with one process: exec_torchrun replaces the
@@ -80,6 +81,7 @@ def test_torchrun_launch_trains_in_this_environment_whatever_is_on_path(tiny_dat
     assert "training with 1 processes" in text  # the caller's message and the trainer's output share the log
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(
     not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
     reason="needs torch.distributed with the gloo backend",

@@ -195,6 +195,7 @@ except SystemExit as exit:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["demo", "paper"])
 def test_building_the_dag_imports_no_torch(name, tmp_path):
     proc = subprocess.run(

@@ -42,7 +42,7 @@ COST_METHODS = plan.cost_methods(config)
 RANK_DATASETS = plan.rank_datasets(config)
 LAM = EXPERIMENTS.get("lam", {})
 LAM_DATASETS = plan.lam_datasets(config)
-# Benchmark results written by `dgno bench` / benchmarks/bench_models.py (tracked in the repository).
+# Benchmark results written by `dgno bench` / benchmarks/cpu/models.py (tracked in the repository).
 BENCH_FILES = sorted(glob("benchmarks/results/*.json"))
 
 

@@ -9,13 +9,13 @@ context. Peak memory is CUDA's max_memory_allocated on GPUs and the process's pe
 from __future__ import annotations
 
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from dgno import provenance
+from dgno.analysis.timing import device_sync, wall_times
 from dgno.checkpoint import pick_device
 from dgno.io import write_json
 from dgno.layers.mambair import set_scan_backend
@@ -24,7 +24,8 @@ from dgno.models.registry import build_model
 from dgno.train.losses import restoration_loss
 
 
-def _reset_peak(device: torch.device) -> None:
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak for :func:`peak_memory_mb`: CUDA's counters, or the process's peak RSS (Linux)."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         return
@@ -34,7 +35,8 @@ def _reset_peak(device: torch.device) -> None:
         pass
 
 
-def _peak_mb(device: torch.device) -> float | None:
+def peak_memory_mb(device: torch.device) -> float | None:
+    """Peak memory since the last reset, MB: CUDA's max_memory_allocated, or the process's peak RSS (VmHWM) on a CPU."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     try:
@@ -46,24 +48,9 @@ def _peak_mb(device: torch.device) -> float | None:
     return None
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _timed(fn, device: torch.device, *, warmup: int, repeats: int) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    _sync(device)
-    _reset_peak(device)
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    return times
+    """Synchronised wall times (s) of ``repeats`` calls after ``warmup``; the peak-memory counter covers the timed calls."""
+    return list(wall_times(fn, repeats=repeats, warmup=warmup, sync=device_sync(device), on_warm=lambda: reset_peak_memory(device)).times)
 
 
 def _build(name: str, scale: str, dev: torch.device, scan_backend: str | None) -> torch.nn.Module:
@@ -108,7 +95,7 @@ def bench_forward(
         "scan_backend": scan_backend,
         "seconds": sec,
         "images_per_second": batch / sec,
-        "peak_memory_mb": _peak_mb(dev),
+        "peak_memory_mb": peak_memory_mb(dev),
         "times": times,
         "provenance": provenance.collect(dev),
     }
@@ -153,7 +140,7 @@ def bench_train(
         "seconds_per_iteration": sec,
         "iterations_per_second": 1.0 / sec,
         "projected_hours_60k": 60000 * sec / 3600,
-        "peak_memory_mb": _peak_mb(dev),
+        "peak_memory_mb": peak_memory_mb(dev),
         "times": times,
         "provenance": provenance.collect(dev),
     }

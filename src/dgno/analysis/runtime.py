@@ -1,21 +1,21 @@
 """Read the speed/memory benchmark files into one table (report section "runtime / memory").
 
-Two file layouts exist under ``benchmarks/results``:
+These file layouts exist under ``benchmarks/results``:
 
 * ``dgno bench`` output: ``{"results": [{kind, model, scale, size, batch, images_per_second |
   iterations_per_second, peak_memory_mb, provenance: {device}}, ...]}``; peak memory is CUDA's
   ``max_memory_allocated`` on GPUs and the process's peak RSS on CPUs;
-* ``benchmarks/bench_models.py`` output: ``{"device", "settings": {"forward_size"}, "models":
+* ``benchmarks/cpu/models.py`` output: ``{"device", "settings": {"forward_size"}, "models":
   {name: {forward_s, peak_rss_mb}}}``: one paper-scale forward pass per model, peak RSS;
-* ``benchmarks/bench_gpu_backends.py`` output: ``{"device", "forward": [{model, size,
+* ``benchmarks/gpu/backends.py`` output: ``{"device", "forward": [{model, size,
   scan_backend, images_per_second, peak_memory_mb}], "train": [dgno bench train rows]}``;
-* ``benchmarks/bench_gpu_speed.py`` output: ``{"provenance", "inference": [{model, scan_backend,
+* ``benchmarks/gpu/speed.py`` output: ``{"provenance", "inference": [{model, scan_backend,
   size, batch, dtype, mode, images_per_second, peak_allocated_mb}], "train": [...]}``, where
   ``mode`` says how the pass ran: "eager", "graphs" (CUDA-graph replay), "compile"
   (torch.compile) or "autograd" (eager with autograd recording, the paper's memory protocol), with
   "+cl" for channels-last weights;
-* ``benchmarks/bench_issue27.py`` output: the same layout, whose training steps name their speed
-  levers (``levers``), plus whole-test-set evaluations (kind "evaluate": images/s, GPU utilisation in
+* ``benchmarks/gpu/levers_and_evaluation.py`` output: the same layout, whose training steps name their
+  speed levers (``levers``; "default" for none), plus whole-test-set evaluations (kind "evaluate": images/s, GPU utilisation in
   ``detail``) and its findings (kind "decision", one sentence each in ``detail``: gradient check, bf16
   gap, torch.compile break-even, the DG layers' share, the settings it recommends).
 
@@ -133,7 +133,7 @@ MODE_MEMORY = {
 
 
 def _speed_rows(path: Path, blob: dict) -> list[dict]:
-    """Rows of a ``bench_gpu_speed.py`` file: forward passes (every mode) and training steps.
+    """Rows of a ``benchmarks/gpu/speed.py`` file: forward passes (every mode) and training steps.
 
     CUDA-graph and compiled passes have no peak memory here: their memory is taken when the
     graph is captured, before the benchmark resets the peak counter, so the recorded peak would
@@ -156,19 +156,19 @@ def _speed_rows(path: Path, blob: dict) -> list[dict]:
             "peak_memory_mb": r.get("peak_allocated_mb") if mode in MODE_MEMORY else None, "memory": MODE_MEMORY.get(mode, "not recorded (see docstring)"),
         })  # fmt: skip
     for r in blob.get("train", []):
-        levers = r.get("levers")  # bench_issue27.py: "today" or the levers switched on
+        levers = r.get("levers")  # levers_and_evaluation.py: "default" or the levers switched on
         rows.append({
             **base, "kind": "train", "model": _model_label(r), "size": int(r["size"]), "batch": int(r["batch"]),
             "amp_bf16": r["dtype"] == "bf16", "mode": "train" + ("+tf32" if r.get("tag") == "tf32_matmul" else "") + ("+levers" if levers else ""),
             "images_per_second": r["batch"] * float(r["iterations_per_second"]), "seconds_per_iteration": float(r["seconds_per_iteration"]),
             "peak_memory_mb": r.get("peak_allocated_mb"), "memory": MODE_MEMORY["train"],
-            "detail": None if not levers else ("today's step" if levers == "today" else f"levers: {levers}"),
+            "detail": None if not levers else ("the default step (no lever)" if levers == "default" else f"levers: {levers}"),
         })  # fmt: skip
     return rows + _evaluation_rows(base, blob) + _finding_rows(base, blob)
 
 
 def _evaluation_rows(base: dict, blob: dict) -> list[dict]:
-    """bench_issue27.py's whole-test-set evaluations: one row per setting, images/s."""
+    """levers_and_evaluation.py's whole-test-set evaluations: one row per setting, images/s."""
     rows = []
     for e in blob.get("eval_pipeline", []):
         util = e.get("gpu_utilisation_percent")
@@ -184,12 +184,12 @@ def _evaluation_rows(base: dict, blob: dict) -> list[dict]:
 
 
 def _finding_rows(base: dict, blob: dict) -> list[dict]:
-    """bench_issue27.py's findings, one sentence each (kind "decision")."""
+    """levers_and_evaluation.py's findings, one sentence each (kind "decision")."""
     found = []
     for g in blob.get("grad_check", []):
-        a, floor = g["fastest_vs_today"], g["today_vs_today"]
-        found.append(("gradient check", f"{g['model']}, {g['routing']} routing: the step with {g['levers']} against today's step at the same weights and batch: "
-                      f"gradients differ by {a['grad_rel_l2']:.1e} (relative L2; today's step against itself: {floor['grad_rel_l2']:.1e}), loss by {a['loss_rel']:.1e}"))
+        a, floor = g["fastest_vs_default"], g["default_vs_default"]
+        found.append(("gradient check", f"{g['model']}, {g['routing']} routing: the step with {g['levers']} against the default step at the same weights and batch: "
+                      f"gradients differ by {a['grad_rel_l2']:.1e} (relative L2; the default step against itself: {floor['grad_rel_l2']:.1e}), loss by {a['loss_rel']:.1e}"))
     for b in blob.get("bf16_training", []):
         found.append(("bf16 training", f"{b['model']}, {b['iterations']} iterations from one seed: validation PSNR {b['fp32_val_psnr']:.3f} dB (float32), "
                       f"{b['bf16_val_psnr']:.3f} dB (bf16), gap {b['gap_db_fp32_minus_bf16']:+.3f} dB against the 0.05 dB threshold: train.bf16 "
@@ -199,8 +199,8 @@ def _finding_rows(base: dict, blob: dict) -> list[dict]:
         found.append(("torch.compile", f"{c['model']}, {c['levers']}: compiling took {c['compile_seconds']:.0f} s, then {c['ms_per_it']:.1f} ms/it against "
                       f"{c['reference_ms']:.1f} ms/it without it: " + (f"pays after {be:.0f} iterations" if be else "never pays")))
     for d in blob.get("dg_layers", []):
-        share = d.get("share_of_todays_step")
-        text = f"{d['model']}: the six DG operator layers take {d['total_ms']:.1f} ms forward + backward" + (f", {share:.0%} of today's step" if share else "")
+        share = d.get("share_of_default_step")
+        text = f"{d['model']}: the six DG operator layers take {d['total_ms']:.1f} ms forward + backward" + (f", {share:.0%} of the default step" if share else "")
         if d.get("full_res_compiled_fwd_bwd_ms") is not None:
             text += f"; the full-resolution pair compiled: {d['full_res_compiled_fwd_bwd_ms']:.1f} ms against {d['levels'][-1]['fwd_bwd_ms']:.1f} ms eager"
         found.append(("DG layers", text))

@@ -8,8 +8,8 @@ Images are streamed from disk: :func:`load_pairs` decodes every image of the req
 one at a time, so that an unreadable file or a shape mismatch is reported by name before training
 starts, not hours into it, and keeps only what fits a bounded least-recently-used cache of decoded
 images (``DGNO_IMAGE_CACHE_MB``, default 256 MB per loaded split). Pixels of an image that fell out
-of the cache are decoded again when a crop or an evaluation asks for them. Memory therefore no longer
-grows with the dataset (holding every 3DHistech pair as float32 would take about 105 GB), while a
+of the cache are decoded again when a crop or an evaluation asks for them. Memory therefore does not
+grow with the dataset (holding every 3DHistech pair as float32 would take about 105 GB), while a
 small dataset stays wholly in the cache and costs no decoding after the first pass. The pixel values
 are those of :func:`dgno.io.read_image` either way, so crops and scores do not depend on the budget.
 """

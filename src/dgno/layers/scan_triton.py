@@ -54,7 +54,7 @@ except ImportError:  # CPU-only installs without triton: the backend reports its
 class ScanConfig:
     """Tile sizes of the kernels: ``channels`` per program × ``block_l`` tokens × N states.
 
-    Chosen on an H100 by ``benchmarks/bench_gpu_speed.py`` (its ``scan_configs`` records every
+    Chosen on an H100 by ``benchmarks/gpu/speed.py`` (its ``scan_configs`` records every
     candidate, see ``config_for``); ``channels`` is lowered automatically to a divisor of the
     channels per group.
     """

@@ -22,7 +22,7 @@ that record the hyper-parameters, reflect-pad to the network's size multiple and
 
 Their sizes at each scale are in ``dgno.models.registry``: demo scales are sized so that 300 training
 steps of batch 4 on 64×64 patches take at most about a minute on one CPU core
-(``benchmarks/bench_models.py`` measures it); smoke scales are the smallest networks that still run
+(``benchmarks/cpu/models.py`` measures it); smoke scales are the smallest networks that still run
 every code path (tests).
 """
 

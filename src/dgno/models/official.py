@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import yaml
 from torch import Tensor
@@ -267,6 +268,28 @@ def load_official_state(path: str | Path, *, weights: str = "params") -> dict[st
         return dict(blob[weights])
     keys = sorted(blob) if isinstance(blob, dict) else type(blob).__name__
     raise InputError(f"{path}: no {weights!r} state dict inside (found {keys}). Fix: pass a BasicSR checkpoint of the authors' DGNO or choose --weights")
+
+
+def regenerate_state_dict(recipe: Mapping[str, Any]) -> dict[str, Tensor]:
+    """The authors'-format state dict that a ``weights.json`` recipe describes, bit for bit.
+
+    The reference fixtures (``tests/fixtures/official``, format in their README) ship weights as a
+    recipe rather than as checkpoints: seeded normal draws for the large tensors, listed values for the
+    rest. Rebuilding them here, in the order the recipe lists, gives the same bytes on every machine, so
+    a checkpoint made from it is the one the authors' network ran on.
+    """
+    state = {}
+    for t in recipe["tensors"]:
+        init, shape = t["init"], tuple(t["shape"])
+        if init["kind"] == "normal":
+            x = np.random.default_rng(init["seed"]).standard_normal(size=shape)
+            x = (x * init["std"] + init["mean"]).astype(np.float32)
+        elif t["dtype"] == "int64":
+            x = np.asarray(init["values"], dtype=np.int64).reshape(shape)
+        else:
+            x = np.asarray(init["values"], dtype=np.float64).astype(np.float32).reshape(shape)
+        state[t["key"]] = torch.from_numpy(np.array(x, copy=True))  # (ascontiguousarray would make 0-d tensors 1-d)
+    return state
 
 
 def fetch_official(url: str, dest: str | Path, *, retries: int = 4, sha256: str | None = None) -> Path:

@@ -88,7 +88,7 @@ _OPERATORS: dict[str, dict[str, Any]] = {
 
 # --- baselines (dgno.models.baselines documents each network and its source) ------------------
 # paper: the published restoration configurations; demo: ≤ ~1 min for 300 steps of batch 4 at 64²
-# on one CPU core (benchmarks/bench_models.py measures it); smoke: tiny.
+# on one CPU core (benchmarks/cpu/models.py measures it); smoke: tiny.
 
 # MPT's per-block pyramid factors of the published model (dgno.models.mpt.PAPER_FACTORS, its
 # constructor default; tests/test_baselines.py ties the two).

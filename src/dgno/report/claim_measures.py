@@ -20,7 +20,7 @@ from dgno.report.tables import HIGHER_IS_BETTER
 
 UNTRAINED = ("input", "blurred", "sharp")  # references, not networks: no seeds, no training curve
 DIGITS = {"psnr": 2, "ssim": 3, "lpips": 3, "ap50": 4, "ap70": 4, "ap90": 4, "map": 4}
-BENCH_COMMAND = "python benchmarks/bench_gpu_speed.py benchmarks/results/gpu_speed_<device>.json (on a GPU), then snakemake --cores 1 results/tables/runtime_memory.csv"
+BENCH_COMMAND = "python -m benchmarks.gpu.speed benchmarks/results/gpu_speed_<device>.json (on a GPU), then snakemake --cores 1 results/tables/runtime_memory.csv"
 
 
 @dataclass

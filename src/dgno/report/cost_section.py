@@ -231,13 +231,13 @@ def _training_table(train: pd.DataFrame, file: str, device: str) -> Table:
     if train["mode"].astype(str).str.contains(r"\+levers").any():
         table.caption += (
             " Rows naming levers are the training loop's own step (dgno.train.step, with the EMA update) under the train: options "
-            "named; 'today's step' has none of them."
+            "named; 'the default step' has none of them."
         )
     return table
 
 
 def _evaluation_table(evaluate: pd.DataFrame, file: str, device: str) -> Table:
-    """Whole-test-set evaluation (bench_issue27.py): images/s per setting, what each setting was."""
+    """Whole-test-set evaluation (benchmarks/gpu/levers_and_evaluation.py): images/s per setting, what each setting was."""
     table = Table(columns=[("evaluation", "img/s")])
     for r in evaluate.itertuples():
         ips = None if pd.isna(r.images_per_second) else float(r.images_per_second)
@@ -250,7 +250,7 @@ def _evaluation_table(evaluate: pd.DataFrame, file: str, device: str) -> Table:
 
 
 def speed_tables(forward: pd.DataFrame, train: pd.DataFrame, prows: dict, file: str, device: str, evaluate: pd.DataFrame | None = None) -> list[Table]:
-    """Tables of one ``bench_gpu_speed.py`` file: the paper's protocol, inference per batch/precision, training.
+    """Tables of one ``benchmarks/gpu/speed.py`` file: the paper's protocol, inference per batch/precision, training.
 
     * paper protocol (mode "autograd"): batch 1, float32, forward with autograd on — the protocol whose
       peak memory reproduces the paper's memory column — beside the paper's GB / img/s, with the
@@ -258,7 +258,7 @@ def speed_tables(forward: pd.DataFrame, train: pd.DataFrame, prows: dict, file: 
     * inference without autograd, for each (batch, precision): each model's fastest way to run
       (eager, CUDA-graph replay or torch.compile; the mode is named), and the ratios to Restormer;
     * training steps: ms per iteration, hours per 60 k iterations, peak memory (with the speed levers named);
-    * whole-test-set evaluations (bench_issue27.py files), when given.
+    * whole-test-set evaluations (``benchmarks/gpu/levers_and_evaluation.py`` files), when given.
     """
     dgno = [m for m in dict.fromkeys(forward["model"]) if str(m).startswith("dgno")]
     auto = forward[forward["mode"] == "autograd"]
@@ -273,7 +273,7 @@ def speed_tables(forward: pd.DataFrame, train: pd.DataFrame, prows: dict, file: 
 
 
 def findings_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]] | None:
-    """The findings of bench_issue27.py files (kind "decision"), one row each: file, topic, finding."""
+    """The findings of ``benchmarks/gpu/levers_and_evaluation.py`` files (kind "decision"), one row each: file, topic, finding."""
     found = frame[frame["kind"] == "decision"] if "kind" in frame else frame
     if found.empty:
         return None
@@ -336,7 +336,7 @@ def runtime_section(results: Path) -> tuple[Section, bool]:
     )
     prows = paper.get("rows", {})
     modes = frame["mode"] if "mode" in frame else pd.Series(index=frame.index, dtype=object)
-    speed = frame[modes.notna() & frame["kind"].isin(["forward", "train", "evaluate"])]  # bench_gpu_speed.py / bench_issue27.py files
+    speed = frame[modes.notna() & frame["kind"].isin(["forward", "train", "evaluate"])]  # benchmarks/gpu/speed.py and levers_and_evaluation.py files
     speed_out = []
     for (file, device), sub in speed.groupby(["file", "device"], sort=False):
         speed_out += speed_tables(sub[sub["kind"] == "forward"], sub[sub["kind"] == "train"], prows, file, str(device), evaluate=sub[sub["kind"] == "evaluate"])

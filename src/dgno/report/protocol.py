@@ -33,5 +33,5 @@ def protocol_section(config: dict[str, Any]) -> Section:
         sec.text_tables.append((["setting", f"value ({config.get('name', 'this config')})", "source", "note"], rows))
     else:
         sec.notes.append(f"This configuration ({config.get('name', '')}) states no sources for its settings (no protocol block); config/paper.yaml does.")
-    sec.text_tables.append((["network convention", "authors' code (followed here)", "paper text / before"], [list(row) for row in AUTHORS_CONVENTIONS]))
+    sec.text_tables.append((["network convention", "authors' code (followed here)", "paper text or alternative"], [list(row) for row in AUTHORS_CONVENTIONS]))
     return sec

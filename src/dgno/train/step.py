@@ -5,7 +5,7 @@
 :class:`TrainStep` runs that step (the loop around it adds the batches, the EMA and the buffers of
 a data-parallel run). Every lever is a ``train:`` setting, off by default, and none changes the
 recipe: each changes at most the rounding of a float, which the CPU tests bound
-(``tests/test_train_step.py``, float64 against today's step). They are speed-only settings
+(``tests/test_train_step.py``, float64 against the step without levers). They are speed-only settings
 (``recipe.SPEED_ONLY``), so a run resumes and the workflow does not retrain when one is switched.
 
   channels_last     weights and batches in NHWC memory format. cuDNN's convolutions (the depth-wise
@@ -23,10 +23,10 @@ recipe: each changes at most the rounding of a float, which the CPU tests bound
   cuda_graphs       the whole step (forward, loss, backward, gradient clipping, AdamW) captured once
                     in a CUDA graph and replayed (CUDA, one process). See :class:`TrainStep`.
 
-Without cuda_graphs and compile the step is today's, operation for operation: it checks the loss for
+Without cuda_graphs and compile the step is the plain one, operation for operation: it checks the loss for
 NaN/Inf before the backward pass (a host synchronisation). The graphed and compiled steps check it
 right after the step instead, so the GPU never waits for the host inside a step; a non-finite loss
-then stops training one optimizer update later, before any checkpoint is written, as before.
+then stops training one optimizer update later, before any checkpoint is written.
 """
 
 from __future__ import annotations
@@ -170,8 +170,8 @@ class TrainStep:
         return loss
 
     def _update(self, blur: Tensor, gt: Tensor, it: int, *, check_before: bool) -> Tensor:
-        """forward + loss, backward, clipping, AdamW; the loss is checked before the backward (today's
-        order, a host sync) or after the update."""
+        """forward + loss, backward, clipping, AdamW; the loss is checked before the backward (the plain
+        step's order, a host sync) or after the update."""
         loss = self.loss_fn(blur, gt)
         if check_before:
             check_finite(loss, it)

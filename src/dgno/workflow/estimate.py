@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[3]
 BENCH_DIR = ROOT / "benchmarks" / "results"
 # The device the estimate is for: records of this device win over others of the same model.
 TARGET_DEVICE = "H100"
-REFERENCE_STEP = (8, 256)  # batch, patch of the recorded training steps (bench_gpu_speed.py)
+REFERENCE_STEP = (8, 256)  # batch, patch of the recorded training steps (benchmarks/gpu/speed.py)
 TRAIN_RULES = ("train", "train_replicate")
 EVAL_RULES = ("evaluate", "evaluate_replicate")
 
@@ -184,7 +184,7 @@ class Rates:
             return Rate(cell["seconds_per_iteration"] * ratio, _describe(cell, f"dgno-cell {dtype} step") + "; " + _describe(fwd, f"{model} forward"), assumed=f"no training record: DGNO-Cell's step × the forward-time ratio {ratio:.2f} at 256²")
         face = self._train_record("dgno-face", dtype) or cell
         if face is None:
-            raise ValueError(f"no recorded {dtype} training step in {BENCH_DIR} to estimate from. Fix: run benchmarks/bench_gpu_speed.py on a GPU")
+            raise ValueError(f"no recorded {dtype} training step in {BENCH_DIR} to estimate from. Fix: run python -m benchmarks.gpu.speed on a GPU")
         return Rate(face["seconds_per_iteration"], _describe(face, f"{face['model']} {dtype}"), assumed=f"no training or forward record of {model}: assumed equal to {face['model']}'s step")
 
     def forward(self, model: str, size: int) -> Rate:
@@ -194,7 +194,7 @@ class Rates:
             return Rate(own["images_per_second"], _describe(own, f"{model} {own['images_per_second']:.2f} img/s at {own['size']}²"), size=own["size"])
         face = self._forward_record("dgno-face", size)
         if face is None:
-            raise ValueError(f"no recorded forward pass in {BENCH_DIR}. Fix: run benchmarks/bench_gpu_speed.py on a GPU")
+            raise ValueError(f"no recorded forward pass in {BENCH_DIR}. Fix: run python -m benchmarks.gpu.speed on a GPU")
         return Rate(face["images_per_second"], _describe(face, f"dgno-face {face['images_per_second']:.2f} img/s at {face['size']}²"), size=face["size"], assumed=f"no forward record of {model}: assumed DGNO-Face's")
 
     def ring_deconvolution(self) -> Rate | None:
@@ -207,7 +207,7 @@ class Rates:
 
 # ----------------------------------------------------------------------------------------- the data
 
-# Test splits of the downloaded datasets as recorded by benchmarks/disk_footprint.py; a dataset not in it
+# Test splits of the downloaded datasets as recorded by benchmarks/estimates/disk_footprint.py; a dataset not in it
 # falls back to its source's paper size (the paper's 153 BBBC006 test images of 520 x 696 px).
 SPLIT_FILE = BENCH_DIR / "disk_footprint_paper.json"
 SOURCE_SPLITS = {"bbbc006": (153, 520, 696)}
@@ -228,7 +228,7 @@ def test_split(config: Mapping[str, Any], dataset: str) -> tuple[int, int, int, 
     if spec["source"] in SOURCE_SPLITS:
         n, h, w = SOURCE_SPLITS[spec["source"]]
         return n, h, w, f"assumed: the paper's {spec['source']} test split"
-    raise ValueError(f"dataset {dataset}: test split size unknown (not in {SPLIT_FILE.name}). Fix: run benchmarks/disk_footprint.py")
+    raise ValueError(f"dataset {dataset}: test split size unknown (not in {SPLIT_FILE.name}). Fix: run python -m benchmarks.estimates.disk_footprint")
 
 
 # ----------------------------------------------------------------------------------------- the costs

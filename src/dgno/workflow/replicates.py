@@ -6,7 +6,7 @@ tell a lead from luck. ``experiments.<name>.seeds: n`` trains every trained meth
 n times; the tables then give mean ± sd over the seeds beside the per-image interval of each stated
 difference (``dgno.report.comparisons``).
 
-Layout (docs/CONVENTIONS.md): replicate 0 is the run's own training, at today's paths
+Layout (docs/CONVENTIONS.md): replicate 0 is the run's own training, at the plain paths
 (``results/train/<dataset>/<method>/``, ``results/eval/<dataset>/<method>/<level>/``), so adding seeds
 never retrains or re-scores it. Replicate r >= 1 trains with training seed ``seed + r`` at
 ``results/train/<dataset>/<method>/seed=<r>/`` and is evaluated at
