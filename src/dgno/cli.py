@@ -22,7 +22,7 @@ from dgno.workflow.config import load_config
 # when idle instead of spinning (OMP_WAIT_POLICY is read once, when torch loads its OpenMP runtime).
 # Spinning threads take the cores other processes need: two concurrent 2-thread runs on 2 shared cores
 # took 118 s each with spinning threads and 60 s with sleeping ones, the two one after the other 62 s
-# (benchmarks/deblur_concurrency.py, benchmarks/results/deblur_concurrency.json).
+# (benchmarks/cpu/deblur_concurrency.py, benchmarks/results/deblur_concurrency.json).
 PASSIVE_THREAD_COMMANDS = frozenset({"deblur"})
 
 

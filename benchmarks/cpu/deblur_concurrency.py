@@ -1,7 +1,7 @@
 """Two concurrent `dgno deblur` runs on this machine's cores against the same two runs one after the other.
 
-Usage: python benchmarks/deblur_concurrency.py [--images 2] [--size 512] [--repeats 2]
-                                               [--out benchmarks/results/deblur_concurrency.json]
+Usage: python -m benchmarks.cpu.deblur_concurrency [--images 2] [--size 512] [--repeats 2]
+                                                 [--out benchmarks/results/deblur_concurrency.json]
 
 Each run is the real command (`python -m dgno.cli deblur ...`, a fresh process: start-up, model load
 and memory probe included) on its own folder of `images` 16-bit `size`² frames, with a demo-scale
@@ -38,12 +38,11 @@ import numpy as np
 import tifffile
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+from dgno import provenance
+from dgno.checkpoint import CHECKPOINT_VERSION
+from dgno.models.registry import build_model
 
-from dgno import provenance  # noqa: E402 - the checkout's package, not an installed copy
-from dgno.checkpoint import CHECKPOINT_VERSION  # noqa: E402
-from dgno.models.registry import build_model  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_inputs(root: Path, *, runs: int, images: int, size: int) -> list[Path]:
@@ -152,7 +151,7 @@ def main(argv: list[str] | None = None) -> dict:
     goal = {name: max(m["run_wall_s"]) <= sequential_pair for name, m in medians.items() if name.startswith("concurrent")} if sequential_pair else {}
     result = {
         "benchmark": "two concurrent dgno deblur runs vs one after the other",
-        "command": "python benchmarks/deblur_concurrency.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.cpu.deblur_concurrency " + " ".join(argv if argv is not None else sys.argv[1:]),
         "workload": {"runs": 2, "images_per_run": args.images, "size": args.size, "dtype": "uint16", "model": "dgno-cell demo (random weights)", "tile": 512, "repeats": args.repeats},
         "cores_allowed": cores,
         "cpu_count": os.cpu_count(),
