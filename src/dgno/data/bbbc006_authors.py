@@ -205,23 +205,10 @@ FALLBACK_NOTE = (
 
 
 def prepare_dataset(
-    raw_root: str | Path,
-    out_dir: str | Path,
-    *,
-    channel: bbbc006.Channel,
-    seed: int,
-    broad_root: str | Path | None = None,
-    extra_planes: Iterable[int] = bbbc006.EXTRA_PLANES,
-    labels: bool = True,
-    n_val_wells: int = 8,
-    plane_rule: PlaneRule = "auto",
-    max_out_of_order: float = 0.05,
-    plane_check: PlaneCheck = "warn",
-    broad_listing: dict | None = None,
-    config_key: str | None = None,
-    fallback: bool = True,
-    url: str = DEFAULT_URL,
-    progress: bool = True,
+    raw_root: str | Path, out_dir: str | Path, *, channel: bbbc006.Channel, seed: int,
+    broad_root: str | Path | None = None, extra_planes: Iterable[int] = bbbc006.EXTRA_PLANES, labels: bool = True, n_val_wells: int = 8,
+    plane_rule: PlaneRule = "auto", max_out_of_order: float = 0.05, plane_check: PlaneCheck = "warn", broad_listing: dict | None = None,
+    config_key: str | None = None, fallback: bool = True, url: str = DEFAULT_URL, progress: bool = True,
 ) -> Path:
     """Write one channel of the authors' BBBC006 split in the shared dataset layout and return out_dir.
 
@@ -229,18 +216,15 @@ def prepare_dataset(
     (:mod:`dgno.data.bbbc006` layout) for the unseen levels `extra_planes` and the label masks
     (`labels`); without it the dataset has the archive's planes only. Files are decoded, shape-checked
     and hard-linked or copied unchanged (16-bit originals, min-max normalised at read time); built in
-    a temporary folder and renamed into place. The manifest records the pairing (with the hidden files
-    skipped), the plane of every blur file and the rule that decided it, the order check, the validation
-    wells and the Broad mapping (or why there is none).
-
-    `broad_listing` (:func:`dgno.data.bbbc006_listing.broad_listing`): the names in the Broad z02/z06/z10
-    archives, for plane rules ``auto`` and ``broad``. `plane_check`: ``warn`` records a failed order
-    check as a warning, ``strict`` stops. `config_key` (``datasets.bbbc006_w1``): fixes name config keys.
+    a temporary folder and renamed into place. The manifest records the pairing (hidden files skipped),
+    every blur file's plane and the rule that decided it (`broad_listing`: the Broad z02/z06/z10 names,
+    :mod:`dgno.data.bbbc006_listing`), the order check (`plane_check` warn | strict), the validation
+    wells and the Broad mapping (or why there is none). `config_key`: fixes name config keys.
 
     When no archive name names a Broad field (status ``no_names``) and `fallback` is set, the unseen
     levels are written from the seeded by-well split of the Broad planes instead (ids ``by_well-<id>``,
     test ids in ``split_by_well.csv``); the manifest's ``test_sets`` tells the evaluation and the
-    report's captions which levels that is (:func:`dgno.data.paired.level_test_ids`). Decided here because it
+    report's captions which levels that is (:func:`dgno.data.paired.level_test_ids`), decided here: it
     depends on the data, not on the configuration.
     """
     raw_root, out_dir = Path(raw_root), Path(out_dir)
