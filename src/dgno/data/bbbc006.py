@@ -268,9 +268,9 @@ def index_labels(root: str | Path) -> dict[tuple[str, int], Path]:
             f"Fix: {_fix_for(root)}, or pass labels=False to prepare without them"
         )
     found = {}
-    for path in sorted(folder.rglob("*.png")):
+    for path in visible_files(folder, (".png",), recursive=True)[0]:  # hidden files (macOS '._' forks) are never masks
         m = LABEL_NAME_RE.match(path.name)
-        if m is not None and path.is_file():
+        if m is not None:
             found[m.group(1).lower(), int(m.group(2))] = path
     if not found:
         raise InputError(f"{folder}: no BBBC006 label masks ({PREFIX}_<well>_s<site>.png). Fix: {_fix_for(root)}")

@@ -171,12 +171,12 @@ def map_to_broad(pairs: list[Pair], broad_root: str | Path, channel: bbbc006.Cha
     out = BroadMap("mapped", planes)
     for z in planes:
         found = bbbc006.index_plane(broad_root, z, channel)
-        _refuse_missing(keyed.keys() - found.keys(), f"{bbbc006.plane_dir(broad_root, z)}: Broad plane z{z:02d} has no {channel} image", bbbc006.plane_archive(z))
+        _refuse_missing(keyed.keys() - found.keys(), bbbc006.plane_dir(broad_root, z), f"Broad plane z{z:02d} has no {channel} image", bbbc006.plane_archive(z))
         for key, pair in keyed.items():
             out.blur.setdefault(pair.id, {})[z] = found[key]
     if labels:
         found = bbbc006.index_labels(broad_root)
-        _refuse_missing(keyed.keys() - found.keys(), f"{bbbc006.labels_dir(broad_root)}: no label mask", bbbc006.LABELS_ARCHIVE)
+        _refuse_missing(keyed.keys() - found.keys(), bbbc006.labels_dir(broad_root), "no label mask", bbbc006.LABELS_ARCHIVE)
         out.labels = {pair.id: found[key] for key, pair in keyed.items()}
     if bbbc006.plane_dir(broad_root, bbbc006.GT_PLANE) is not None:
         z16 = bbbc006.index_plane(broad_root, bbbc006.GT_PLANE, channel)
@@ -185,11 +185,12 @@ def map_to_broad(pairs: list[Pair], broad_root: str | Path, channel: bbbc006.Cha
     return out
 
 
-def _refuse_missing(missing: set, what: str, archive: str) -> None:
+def _refuse_missing(missing: set, folder: Path, what: str, archive: str) -> None:
     if missing:
         raise InputError(
-            f"{what} for {len(missing)} field(s) of the authors' archive ({bbbc006.describe_fields(missing)}). "
-            f"Fix: download and unpack {archive} again (`dgno data check bbbc006` prints the commands)"
+            f"{folder}: {what} for {len(missing)} field(s) of the authors' archive ({bbbc006.describe_fields(missing)}). "
+            f"Fix: delete the unpacked folder {folder}/ and rerun: the workflow downloads and unpacks {archive} again "
+            "(by hand: `dgno data check bbbc006` prints the commands)"
         )
 
 
