@@ -232,3 +232,29 @@ def test_the_broad_reader_skips_and_counts_hidden_files(tmp_path):
     out = bbbc006.prepare_dataset(root, tmp_path / "ds", channel="w1", seed=0, train_planes=(2,), extra_planes=(), n_val_wells=1, labels=False, progress=False)
     assert json.loads((out / "manifest.json").read_text())["hidden_files_skipped"] == {"z02": 1, "z16": 1}
 
+
+
+# ----------------------------------------------------------------------------------- the config keys
+
+
+def test_the_config_keys_reach_the_preparation():
+    import yaml
+    from conftest import ROOT
+
+    from dgno.workflow import plan, settings
+    from dgno.workflow.config import ConfigError, validate_config
+
+    cfg = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    paper = validate_config(dict(cfg))
+    ds = settings.bbbc006_settings(paper, "bbbc006_w1")
+    assert (ds["plane_rule"], ds["plane_check"], ds["max_out_of_order"]) == ("auto", "warn", 0.05)
+    assert plan.bbbc006_planes(paper, "bbbc006_w1")["broad_names"] == "resources/bbbc006/broad_names.json"
+    cfg["datasets"]["bbbc006_w1"]["plane_rule"] = "sharpness"
+    assert "broad_names" not in plan.bbbc006_planes(validate_config(yaml.safe_load(yaml.safe_dump(cfg, sort_keys=False))), "bbbc006_w1")
+    cfg["datasets"]["dpdd"]["plane_check"] = "strict"
+    with pytest.raises(ConfigError, match=r"datasets\.dpdd\.plane_check: only for source 'bbbc006'"):
+        validate_config(cfg)
+    cfg["datasets"]["dpdd"].pop("plane_check")
+    cfg["datasets"]["bbbc006_w1"]["plane_check"] = "stop"
+    with pytest.raises(ConfigError, match=r"plane_check: 'stop' is not allowed; allowed values: warn, strict"):
+        validate_config(cfg)

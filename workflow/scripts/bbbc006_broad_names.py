@@ -15,6 +15,7 @@ sm = snakemake  # noqa: F821
 
 from dgno.data.bbbc006_listing import write_listing  # noqa: E402
 
-listing = write_listing(Path(sm.output[0]).parent, sm.output[0], base_url=sm.params.base_url, retries=sm.params.retries)
+# At most 2 retries: a listing that cannot be read is recorded, not fatal, and should not hold the run for long.
+listing = write_listing(Path(sm.output[0]).parent, sm.output[0], base_url=sm.params.base_url, retries=min(sm.params.retries, 2))
 for level, plane in listing["planes"].items():
     print(f"{level}: {plane['status']}; {plane.get('source') or plane.get('reason')}")
