@@ -209,6 +209,20 @@ def test_the_archive_as_packed_on_a_mac_prepares_with_every_plane_exact(broad_se
             np.testing.assert_array_equal(tifffile.imread(out / "blur" / f"z{z:02d}" / f"{w}_s{s}.tif"), plane_image(w, s, "w1", z))
 
 
+def test_an_archive_with_another_top_folder_and_tiff_suffixes_is_found(broad_server, tmp_path):
+    from bbbc006_replica import archive_members, targz_bytes
+
+    members = {name.replace("BBBC006/", "BBBC006_DGNO_release/", 1): data for name, data in archive_members("broad", suffix=".TIFF", mac=True).items()}
+    broad_server.archives["BBBC006.tar.gz"] = targz_bytes(members, shuffle=2)
+    root = authors.fetch(tmp_path, url=broad_server.url("BBBC006.tar.gz"), backoff=0.0, timeout=10, progress=False)
+    assert root == tmp_path / "authors" / "BBBC006_DGNO_release" and authors.find_root(tmp_path) == root
+    record = authors.fetch_record(tmp_path, tmp_path / "authors.json", url=broad_server.url("BBBC006.tar.gz"), progress=False)
+    assert record["counts"]["train"]["blur"] == {"w1": 24, "w2": 24, "other": 0, "hidden": 48}
+    index = index_archive(root, "w2", broad_listing=_listing(broad_server, tmp_path), progress=False)
+    assert index.plane_rule == "broad" and index.plane_check["status"] == "passed"
+    _assert_exact(index.pairs, "w2")
+
+
 def test_without_the_listing_the_planes_come_from_sharpness_and_the_manifest_says_so(tmp_path, broad):
     raw = unpack_replica(tmp_path / "raw", "broad", mac=True)
     listing = broad_listing(raw, base_url="http://127.0.0.1:9/bbbc/", **FAST)

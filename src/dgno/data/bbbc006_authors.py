@@ -42,7 +42,7 @@ from dgno.data.bbbc006_layout import ARCHIVE, PER_GT, PLANES, SPLITS, UNPACK_DIR
 from dgno.data.bbbc006_pairing import ArchiveIndex, PlaneCheck, PlaneRule, index_archive, planes_record
 from dgno.data.download import DownloadError, fetch_targz, part_path, sha256_file, unpack_tar
 from dgno.data.paired_sets import Report
-from dgno.io import InputError, atomic_dir, read_json, write_json
+from dgno.io import InputError, atomic_dir, is_hidden, read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +53,12 @@ DEFAULT_URL = f"https://huggingface.co/{HF_REPO}/resolve/main/{ARCHIVE}"
 
 
 def find_root(raw_root: str | Path) -> Path | None:
-    """The unpacked ``BBBC006`` folder under `raw_root` (``authors/BBBC006``, ``BBBC006`` or raw_root itself)."""
+    """The unpacked ``BBBC006`` folder under `raw_root`: ``authors/BBBC006``, ``BBBC006``, raw_root itself, or
+    the one folder directly in ``authors/`` that holds train/ and test/ (an archive whose top folder has another name)."""
     raw_root = Path(raw_root)
-    for folder in (raw_root / UNPACK_DIR / "BBBC006", raw_root / "BBBC006", raw_root):
+    unpacked = raw_root / UNPACK_DIR
+    others = sorted(p for p in unpacked.iterdir() if p.is_dir() and not is_hidden(p.name)) if unpacked.is_dir() else []
+    for folder in (unpacked / "BBBC006", raw_root / "BBBC006", raw_root, *others):
         if all((folder / split).is_dir() for split in SPLITS):
             return folder
     return None
@@ -98,9 +101,9 @@ def fetch(
             raise DownloadError(f"{exc}\nOr place the archive by hand: {manual_steps(raw_root, url)}") from None
         unpack_tar(archive, raw_root / UNPACK_DIR, progress=progress)
         write_json(archive.with_name(ARCHIVE + ".json"), {"file": ARCHIVE, "url": url, "sha256": sha256_file(archive), "size": archive.stat().st_size})
-        root = raw_root / UNPACK_DIR / "BBBC006"
-        if not root.is_dir():
-            raise InputError(f"{archive}: unpacked, but holds no BBBC006/ folder. Fix: this is not the authors' archive; {manual_steps(raw_root, url)}")
+        root = find_root(raw_root)
+        if root is None:
+            raise InputError(f"{archive}: unpacked, but holds no folder with train/ and test/. Fix: this is not the authors' archive; {manual_steps(raw_root, url)}")
     check_layout(root)
     return root
 
