@@ -47,7 +47,7 @@ from dgno.data.bbbc006_layout import (
     plane_from_path,
     show,
 )
-from dgno.data.bbbc006_listing import plane_lookup
+from dgno.data.bbbc006_listing import LISTING, plane_lookup
 from dgno.io import InputError
 
 __all__ = [
@@ -126,7 +126,7 @@ def _refuse_unknown(rule: str, unknown: list[Path], listing_status: str, config_
     raise InputError(
         f"{unknown[0].parent}: plane_rule 'broad' but {len(unknown)} blur file(s) are not named in the Broad listing of z02/z06/z10 "
         f"(listing: {listing_status}; e.g. {show(unknown)}). Fix: set {option('plane_rule', 'auto', config_key)} (undecided files by sharpness), "
-        f"or, if the listing is unavailable, delete it (resources/bbbc006/broad_names.json) and rerun with the network"
+        f"or, if the listing is unavailable, delete the cached listing (<downloads.raw_dir>/bbbc006/{LISTING}) and rerun with the network"
     )
 
 
