@@ -68,6 +68,7 @@ localrules:
     paired_source,
     official_checkpoint,
     bbbc006_authors_archive,
+    bbbc006_broad_names,
     reproduction_table,
     report_authors,
     authors,

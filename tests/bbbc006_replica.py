@@ -15,6 +15,13 @@ Blur file names, by ``naming``:
 * ``"opaque"``: names without any field (``img003_w1.tif``, blur ``img003_w1a.tif`` ...).
 
 Faults for the refusal tests: ``drop_gt``, ``extra_blur`` and ``swap`` name a (well, site, channel).
+
+Variations of how the archive really is: ``mac`` adds what an archive packed on a Mac holds (an
+AppleDouble ``._<name>`` beside every image in GT/ and blur/, ``.DS_Store`` in every folder, a
+``__MACOSX/`` tree); ``suffix`` (``.tif``, ``.tiff``, ``.TIF`` ...); ``nest`` puts the files in
+sub-folders (``"well"``: ``GT/a01/...``; ``"plane"``: ``blur/z02/...``, the plane in the folder name).
+:func:`targz_bytes` with ``shuffle`` writes the members in a seeded random order, each with pax
+extended headers.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import random
 import tarfile
 import uuid
 from pathlib import Path
@@ -95,44 +103,83 @@ def _tiff(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def archive_members(naming: str = "plane_suffix", *, drop_gt=None, extra_blur=None, swap=None) -> dict[str, bytes]:
+APPLEDOUBLE = b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        \x00\x02" + bytes(64)  # an AppleDouble header: not a TIFF
+
+
+def _folder(split: str, sub: str, well: str, z: int, nest: str | None) -> str:
+    if nest == "well":
+        return f"BBBC006/{split}/{sub}/{well}"
+    if nest == "plane" and sub == "blur":
+        return f"BBBC006/{split}/{sub}/z{z:02d}"
+    return f"BBBC006/{split}/{sub}"
+
+
+def _with_mac_leftovers(members: dict[str, bytes]) -> dict[str, bytes]:
+    """What macOS adds when it packs the folder: ._<name> beside every file, .DS_Store per folder, a __MACOSX/ tree."""
+    out = dict(members)
+    for name in members:
+        folder, _, base = name.rpartition("/")
+        out[f"{folder}/._{base}"] = APPLEDOUBLE
+        out[f"{folder}/.DS_Store"] = b"Bud1" + bytes(60)
+        out[f"__MACOSX/{folder}/._{base}"] = APPLEDOUBLE
+    return out
+
+
+def archive_members(
+    naming: str = "plane_suffix", *, drop_gt=None, extra_blur=None, swap=None, mac: bool = False, suffix: str = ".tif", nest: str | None = None
+) -> dict[str, bytes]:
     """{member name: bytes} of the replica archive (see the module docstring for the arguments)."""
     members = {"BBBC006/README.txt": b"not an image: the authors' rglob('*.tif') skips it\n"}
+
+    def name(base: str) -> str:
+        return base[: -len(".tif")] + suffix
+
     for i, (well, site) in enumerate(fields()):
         split = "test" if (well, site) in TEST_FIELDS else "train"
         for ch in CHANNELS:
             key = (well, site, ch)
             gt = broad_name(well, site, ch, 16) if naming != "opaque" else f"img{i:03d}_{ch}.tif"
             if key != drop_gt:
-                members[f"BBBC006/{split}/GT/{gt}"] = _tiff(plane_image(well, site, ch, 16))
+                members[f"{_folder(split, 'GT', well, 16, nest)}/{name(gt)}"] = _tiff(plane_image(well, site, ch, 16))
             planes = dict(zip(ARCHIVE_PLANES, ARCHIVE_PLANES[::-1])) if key == swap else {z: z for z in ARCHIVE_PLANES}
             for z, content in planes.items():
-                members[f"BBBC006/{split}/blur/{blur_name(well, site, ch, z, naming, i)}"] = _tiff(plane_image(well, site, ch, content))
+                members[f"{_folder(split, 'blur', well, z, nest)}/{name(blur_name(well, site, ch, z, naming, i))}"] = _tiff(plane_image(well, site, ch, content))
             if key == extra_blur:
-                members[f"BBBC006/{split}/blur/{blur_name(well, site, ch, 6, naming, i)[:-4]}b.tif"] = _tiff(plane_image(well, site, ch, 6))
-    return members
+                extra = blur_name(well, site, ch, 6, naming, i)[:-4] + "b.tif"
+                members[f"{_folder(split, 'blur', well, 6, nest)}/{name(extra)}"] = _tiff(plane_image(well, site, ch, 6))
+    return _with_mac_leftovers(members) if mac else members
 
 
-def targz_bytes(members: dict[str, bytes]) -> bytes:
-    """The members as a gzipped tar, byte-for-byte reproducible (fixed times and owners)."""
+def targz_bytes(members: dict[str, bytes], *, shuffle: int | None = None) -> bytes:
+    """The members as a gzipped pax tar, byte-for-byte reproducible (fixed times and owners).
+
+    `shuffle`: a seed; the members then come in that random order, each with pax extended headers
+    (a fractional mtime and a comment), as archivers other than this sorted one write them.
+    """
+    items = sorted(members.items())
+    if shuffle is not None:
+        random.Random(shuffle).shuffle(items)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in sorted(members.items()):
+        for name, data in items:
             info = tarfile.TarInfo(name)
             info.size, info.mtime, info.mode = len(data), 0, 0o644
+            if shuffle is not None:
+                info.mtime = 1_300_000_000.25
+                info.pax_headers = {"comment": "packed elsewhere", "LIBARCHIVE.xattr.com.apple.quarantine": "MDA4MTs="}
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
 
-def write_archive(path: Path, naming: str = "plane_suffix", **faults) -> Path:
+def write_archive(path: Path, naming: str = "plane_suffix", *, shuffle: int | None = None, **options) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(targz_bytes(archive_members(naming, **faults)))
+    path.write_bytes(targz_bytes(archive_members(naming, **options), shuffle=shuffle))
     return path
 
 
-def unpack_replica(raw_root: Path, naming: str = "plane_suffix", **faults) -> Path:
-    """The replica unpacked by hand at ``raw_root/BBBC006`` (no tar round trip): returns raw_root."""
-    for name, data in archive_members(naming, **faults).items():
+def unpack_replica(raw_root: Path, naming: str = "plane_suffix", **options) -> Path:
+    """The replica unpacked by hand at ``raw_root/BBBC006`` (no tar round trip; ``__MACOSX/`` beside it): returns raw_root."""
+    for name, data in archive_members(naming, **options).items():
         (raw_root / name).parent.mkdir(parents=True, exist_ok=True)
         (raw_root / name).write_bytes(data)
     return raw_root
@@ -157,15 +204,24 @@ def write_broad(root: Path, planes=(1, 5, 13, 16), *, labels: bool = True, skip=
     return root
 
 
-def broad_zips(planes=(1, 5, 13, 16), *, labels: bool = True) -> dict[str, bytes]:
+def broad_zips(planes=(1, 5, 13, 16), *, labels: bool = True, listed: tuple[int, ...] = ()) -> dict[str, bytes]:
     """{archive name: zip bytes}: the Broad archives (``BBBC006_v1_images_z_NN.zip``, ``BBBC006_v1_labels.zip``) of the
-    replica's fields, as the Broad server names and lays them out, for the workflow to download beside the archive."""
+    replica's fields, as the Broad server names and lays them out, for the workflow to download beside the archive.
+
+    `listed`: more planes (z02/z06/z10) whose archives are served only to be listed (their central
+    directory read over HTTP Range): padded with incompressible bytes, so that reading a whole one
+    would show in the bytes served.
+    """
     from fixtures_http import zip_bytes
 
     out = {}
     for z in planes:
         top = f"BBBC006_v1_images_z_{z:02d}"
         out[f"{top}.zip"] = zip_bytes({f"{top}/{broad_name(w, s, ch, z)}": _tiff(plane_image(w, s, ch, z)) for w, s in fields() for ch in CHANNELS})
+    for z in listed:
+        top = f"BBBC006_v1_images_z_{z:02d}"
+        pad = random.Random(z).randbytes(20_000)
+        out[f"{top}.zip"] = zip_bytes({f"{top}/{broad_name(w, s, ch, z)}": _tiff(plane_image(w, s, ch, z)) + pad for w, s in fields() for ch in CHANNELS})
     if labels:
         pngs = {f"BBBC006_v1_labels/{PREFIX}_{w}_s{s}.png": iio.imwrite("<bytes>", scene(w, s, "w1")[1], extension=".png") for w, s in fields()}
         out["BBBC006_v1_labels.zip"] = zip_bytes(pngs)

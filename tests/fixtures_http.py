@@ -10,7 +10,7 @@ a different UUID-like suffix per file) and ``BBBC006_v1_labels.zip`` holding 16-
 masks ``BBBC006_v1_labels/mcf-z-stacks-03212011_<well>_s<site>.png``. Row 0 of every image encodes
 (plane, well index, site, channel number), so a test can verify that pairing picked the right file.
 
-The handler is written here (no third-party server): it honours ``Range: bytes=N-`` with 206, answers
+The handler is written here (no third-party server): it honours ``Range: bytes=N-``, ``bytes=N-M`` and ``bytes=-N`` with 206, answers
 416 past the end, and its fault switches (reset before every test) are:
 
 - ``drop_first``: the first served response of a file sends half its body, then drops the connection;
@@ -200,18 +200,21 @@ class _Handler(BaseHTTPRequestHandler):
             body = corrupt_zip(body)
         if name in st.faults.wrong_bytes:
             body = bytes(b ^ 0x5A for b in body)
-        start, status, headers = 0, 200, {"Content-Type": "application/zip", "Accept-Ranges": "bytes"}
-        m = re.fullmatch(r"bytes=(\d+)-", rng or "")
-        if m and name not in st.faults.ignore_range:
-            start = int(m.group(1))
-            if start >= len(body):
+        start, end, status, headers = 0, len(body), 200, {"Content-Type": "application/zip", "Accept-Ranges": "bytes"}
+        m = re.fullmatch(r"bytes=(\d*)-(\d*)", rng or "")
+        if m and (m.group(1) or m.group(2)) and name not in st.faults.ignore_range:
+            if m.group(1):  # bytes=N- or bytes=N-M (M inclusive)
+                start, end = int(m.group(1)), min(len(body), int(m.group(2)) + 1) if m.group(2) else len(body)
+            else:  # bytes=-N: the last N bytes
+                start = max(0, len(body) - int(m.group(2)))
+            if start >= len(body) or end <= start:
                 return self._send(416, b"", {"Content-Range": f"bytes */{len(body)}"}, name=name, rng=rng)
             status = 206
-            headers["Content-Range"] = f"bytes {start}-{len(body) - 1}/{len(body)}"
+            headers["Content-Range"] = f"bytes {start}-{end - 1}/{len(body)}"
         with st._lock:
             st._counts[name, "served"] += 1
             first = st._counts[name, "served"] == 1
-        self._send(status, body[start:], headers, drop=first and name in st.faults.drop_first, name=name, rng=rng)
+        self._send(status, body[start:end], headers, drop=first and name in st.faults.drop_first, name=name, rng=rng)
 
 
 @contextlib.contextmanager

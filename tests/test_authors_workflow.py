@@ -1,9 +1,12 @@
 """Target `authors`: the authors' archive, split and released weights through Snakemake, offline.
 
-A replica of the authors' BBBC006.tar.gz (tests/bbbc006_replica.py), the Broad archives of the same
-fields and the six released checkpoints at toy size (rebuilt from tests/fixtures/official) are served on
-127.0.0.1; the workflow downloads, pairs, checks, splits, maps, imports, evaluates (argmax and Gumbel
-repeats), segments and writes the reproduction table and report.
+A replica of the authors' BBBC006.tar.gz as it really may be (tests/bbbc006_replica.py: Broad names
+with a different UUID per plane, macOS AppleDouble files and .DS_Store beside the images, members in
+shuffled order with pax headers), the Broad archives of the same fields and the six released
+checkpoints at toy size (rebuilt from tests/fixtures/official) are served on 127.0.0.1; the workflow
+downloads, lists the Broad z02/z06/z10 archives' names over HTTP Range, pairs, identifies every plane,
+checks, splits, maps, imports, evaluates (argmax and Gumbel repeats), segments and writes the
+reproduction table and report, with the default plane rule.
 """
 
 from __future__ import annotations
@@ -137,18 +140,29 @@ def release(tmp_path):
     return toy_release(tmp_path / "release")
 
 
+LISTED = ("BBBC006_v1_images_z_02.zip", "BBBC006_v1_images_z_06.zip", "BBBC006_v1_images_z_10.zip")
+
+
+def _mac_archive() -> bytes:
+    """The authors' archive packed on a Mac, with the Broad names of every plane, in shuffled pax order."""
+    return targz_bytes(archive_members("broad", mac=True), shuffle=11)
+
+
 @pytest.mark.e2e
 @pytest.mark.long  # 90 s: in make rehearsal, which runs the same target inside the paper DAG
 def test_authors_target_end_to_end_at_toy_size(tmp_path, release):
     files, options = release
-    archives = {"BBBC006.tar.gz": targz_bytes(archive_members()), **broad_zips(), **files}
+    archives = {"BBBC006.tar.gz": _mac_archive(), **broad_zips(listed=(2, 6, 10)), **files}
     with serve(archives) as srv:
         config = _config(tmp_path, srv.base_url, options)
         proc = _snakemake(tmp_path, config, "authors")
         out = proc.stdout + proc.stderr
         assert proc.returncode == 0, out[-8000:]
-        assert "rule train:" not in out and "rule bbbc006_plane:" in out
-        assert len(srv.served("BBBC006.tar.gz")) == 1 and not srv.served("BBBC006_v1_images_z_02.zip")  # the archive holds z02/z06/z10
+        assert "rule train:" not in out and "rule bbbc006_plane:" in out and "rule bbbc006_broad_names:" in out
+        assert len(srv.served("BBBC006.tar.gz")) == 1
+        for name in LISTED:  # only the central directory of the planes the archive holds: one Range request each
+            (request,) = srv.served(name)
+            assert request["status"] == 206 and request["sent"] < len(archives[name]) / 4
         for name in NAMES:  # all six downloaded and imported, 3DHistech's too although its data are not placed
             assert srv.served(f"{name}.pth")
     _check_prepared_dataset(tmp_path / "results" / "data" / "bbbc006_w1", tmp_path / "resources" / "bbbc006")
@@ -159,8 +173,15 @@ def test_authors_target_end_to_end_at_toy_size(tmp_path, release):
 def _check_prepared_dataset(data: Path, raw: Path) -> None:
     """Pairing, plane check, split and the Broad mapping of the unseen level, as the workflow wrote them."""
     manifest = json.loads((data / "manifest.json").read_text())
-    assert manifest["generator"] == "dgno.data.bbbc006_authors.prepare_dataset" and manifest["planes"]["rule"] == "name"
-    assert manifest["planes"]["check"]["passed"] and manifest["planes"]["check"]["out_of_order"] == []
+    planes = manifest["planes"]
+    assert manifest["generator"] == "dgno.data.bbbc006_authors.prepare_dataset" and planes["requested"] == "auto"
+    assert planes["rule"] == "broad" and planes["decided_by"] == {"broad": 36}  # every plane from the Broad listing, exactly
+    assert planes["check"]["passed"] and planes["check"]["independent"] and planes["check"]["out_of_order"] == []
+    assert planes["broad_listing"]["status"] == "listed" and "HTTP Range" in planes["broad_listing"]["planes"]["z06"]["source"]
+    assert sum(manifest["pairing"]["hidden_files_skipped"].values()) == 96 and manifest["warnings"] == []
+    for key, by_plane in planes["files"].items():
+        w, s = key.split("/")[1].split("_s")
+        assert {z: f["file"] for z, f in by_plane.items()} == {f"z{z:02d}": broad_name(w, int(s), "w1", z) for z in (2, 6, 10)}
     assert manifest["broad"]["status"] == "mapped" and manifest["broad"]["gt_identical_to_broad_z16"] == [12, 12]
     split = dict(line.split(",") for line in (data / "split.csv").read_text().splitlines()[1:])
     assert {k for k, v in split.items() if v == "test"} == {bbbc006.image_id(w, s) for w, s in TEST_FIELDS}  # the authors' test set
@@ -171,7 +192,7 @@ def _check_prepared_dataset(data: Path, raw: Path) -> None:
     assert np.array_equal(_tif(data / "blur" / "z06" / f"{ident}.tif"), plane_image(w, s, "w1", 6))
     assert np.array_equal(_tif(data / "blur" / "z01" / f"{ident}.tif"), _tif(next((raw / "z01").rglob(broad_name(w, s, "w1", 1)))))
     assert (data / "labels" / f"{ident}.tif").exists()
-    assert json.loads((raw / "authors.json").read_text())["counts"]["test"]["GT"] == {c: len(TEST_FIELDS) for c in CHANNELS} | {"other": 0}
+    assert json.loads((raw / "authors.json").read_text())["counts"]["test"]["GT"] == {c: len(TEST_FIELDS) for c in CHANNELS} | {"other": 0, "hidden": 8}
 
 
 def _tif(path: Path) -> np.ndarray:
@@ -212,9 +233,36 @@ def _check_report(tmp: Path) -> None:
     histech = table[table["dataset"] == "3dhistech"]
     assert len(histech) and (histech["verdict"] == "not run").all()
     html = (tmp / "report" / "authors.html").read_text()
-    assert "Reproduction from the released weights" in html and "GPU time of this target" in html
+    assert "Reproduction from the released weights" in html and "CPU time of this target" in html and "GPU time" not in html  # device: cpu
+    assert "files decided by: broad 36 (100%)" in html and "independent: yes" in html and "96 hidden file(s) skipped" in html
     assert "3dhistech: not run" in html and "not_placed" in html
     assert re.search(r"\d+ of \d+ measured paper numbers reproduced", html)
+
+
+@pytest.mark.e2e
+@pytest.mark.long  # 60 s: the same target with the Broad listing unreachable
+def test_without_the_broad_listing_the_target_runs_by_sharpness_and_says_so(tmp_path, release):
+    files, options = release
+    archives = {"BBBC006.tar.gz": _mac_archive(), **broad_zips(), **{k: v for k, v in files.items() if "w1_Cell" in k}}  # no z02/z06/z10 archives
+    with serve(archives) as srv:
+        config = _config(tmp_path, srv.base_url, options)
+        cfg = yaml.safe_load(config.read_text())
+        cfg["datasets"].pop("bbbc006_w2")
+        cfg["datasets"].pop("3dhistech")
+        cfg["methods"] = {"dgno-cell-authors": {**cfg["methods"]["dgno-cell-authors"], "official": {"bbbc006_w1": "DGNO_BBBC006_w1_Cell"}}}
+        cfg.update(reproduction={"methods": ["dgno-cell-authors"]}, experiments={})
+        cfg["evaluate"]["gumbel_repeats"] = 0
+        config.write_text(yaml.safe_dump(cfg))
+        proc = _snakemake(tmp_path, config, "authors")
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
+        assert [r["status"] for name in LISTED for r in srv.served(name)] == [404] * 3
+    listing = json.loads((tmp_path / "resources" / "bbbc006" / "broad_names.json").read_text())
+    assert listing["status"] == "unavailable" and "Not Found" in listing["planes"]["z02"]["reason"]
+    planes = json.loads((tmp_path / "results" / "data" / "bbbc006_w1" / "manifest.json").read_text())["planes"]
+    assert planes["rule"] == "sharpness" and planes["check"]["status"] == "not independent"
+    html = (tmp_path / "report" / "authors.html").read_text()
+    assert "files decided by: sharpness 36 (100%)" in html and "assigned by sharpness; the order check is then not independent" in html
+    assert "unavailable: z02: unavailable (HTTPError: Not Found)" in html
 
 
 @pytest.mark.e2e

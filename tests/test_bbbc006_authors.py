@@ -198,9 +198,9 @@ def test_pairs_are_the_authors_and_verified_by_field(tmp_path, channel):
             np.testing.assert_array_equal(_read(path), plane_image(pair.field.well, pair.field.site, channel, z))
 
 
-def test_planes_from_the_sorted_position_when_the_names_carry_none(tmp_path):
-    index = index_archive(unpack_replica(tmp_path, "sorted") / "BBBC006", "w1", progress=False)
-    assert index.plane_rule == "position" and index.plane_check["in_order"] == 12
+def test_planes_from_the_sorted_position_when_asked(tmp_path):
+    index = index_archive(unpack_replica(tmp_path, "sorted") / "BBBC006", "w1", plane_rule="position", progress=False)
+    assert index.plane_rule == "position" and index.plane_check["in_order"] == 12 and index.plane_check["independent"]
     pair = index.pairs[0]
     np.testing.assert_array_equal(_read(pair.blur[2]), plane_image(pair.field.well, pair.field.site, "w1", 2))
 
@@ -208,33 +208,37 @@ def test_planes_from_the_sorted_position_when_the_names_carry_none(tmp_path):
 def test_broad_names_do_not_sort_by_plane_the_check_says_so_and_sharpness_recovers(tmp_path):
     root = unpack_replica(tmp_path, "broad") / "BBBC006"
     with pytest.raises(InputError, match=r"of 12 fields .* out of blur order under plane rule 'position'.*plane_rule='sharpness'"):
-        index_archive(root, "w1", progress=False)
-    index = index_archive(root, "w1", plane_rule="sharpness", progress=False)
-    assert index.plane_check["independent"] is False
+        index_archive(root, "w1", plane_rule="position", plane_check="strict", progress=False)
+    warned = index_archive(root, "w1", plane_rule="position", progress=False)  # the default: a warning, not a stop
+    assert warned.plane_check["status"] == "failed" and "out of blur order" in warned.plane_check["warning"] and warned.warnings
+    index = index_archive(root, "w1", progress=False)  # auto without the Broad listing: by sharpness, and it says so
+    assert index.plane_rule == "sharpness" and index.plane_check["independent"] is False and index.plane_check["status"] == "not independent"
     for pair in index.pairs:
         for z, path in pair.blur.items():
             assert path.name == broad_name(pair.field.well, pair.field.site, "w1", z)
 
 
-def test_a_missing_gt_is_refused_naming_the_blur_files(tmp_path):
+def test_a_missing_gt_is_refused_naming_the_field_and_how_to_tell_download_from_unpack(tmp_path):
     root = unpack_replica(tmp_path, drop_gt=("b07", 2, "w1")) / "BBBC006"
     orphan = broad_name("b07", 2, "w1", 16)[:-4] + "-z02.tif"
-    with pytest.raises(InputError, match=rf"train/blur: 3 w1 blur file\(s\) without a GT file of their field: {orphan}"):
+    with pytest.raises(InputError, match=rf"train/GT: no w1 GT file for field\(s\) b07_s2, whose 3 blur file\(s\) are there \({orphan}") as err:
         index_archive(root, "w1", progress=False)
+    assert "gzip -t" in str(err.value) and f"delete the unpacked folder {root}/" in str(err.value)
 
 
 def test_an_extra_blur_file_is_refused_naming_the_field(tmp_path):
     root = unpack_replica(tmp_path, extra_blur=("c12", 1, "w2")) / "BBBC006"
     gt = broad_name("c12", 1, "w2", 16)
-    with pytest.raises(InputError, match=rf"test: 1 w2 field\(s\) without exactly 3 blur files; e.g. {gt} has 4"):
+    with pytest.raises(InputError, match=r"test/blur: 1 w2 field\(s\) without exactly 3 blur files: c12_s1 \(4\).*Fix: an extra blur file"):
         index_archive(root, "w2", progress=False)
+    assert gt.startswith("mcf-z-stacks-03212011_c12_s1_w2")
 
 
 def test_a_field_out_of_blur_order_is_refused_by_name(tmp_path):
     root = unpack_replica(tmp_path, swap=("h03", 1, "w1")) / "BBBC006"
     with pytest.raises(InputError, match=r"1 of 12 fields \(8%, more than the 5% allowed\) are out of blur order .*train/h03_s1: z02="):
-        index_archive(root, "w1", progress=False)
-    index = index_archive(root, "w1", max_out_of_order=0.1, progress=False)
+        index_archive(root, "w1", plane_check="strict", progress=False)
+    index = index_archive(root, "w1", max_out_of_order=0.1, plane_check="strict", progress=False)
     assert index.plane_check["out_of_order"] == ["train/h03_s1"] and index.plane_check["passed"]
 
 
@@ -274,7 +278,7 @@ def test_names_without_fields_pair_unverified_and_report_no_mapping(tmp_path, br
     assert manifest["broad"]["status"] == "no_names" and "by-well split" in manifest["broad"]["description"]
     assert manifest["pairing"]["verified"].startswith("not verifiable") and manifest["labels"] is None
     assert sorted(manifest["levels"]) == ["z02", "z06", "z10"]
-    assert check_prepared(out).ok and manifest["planes"]["rule"] == "position"
+    assert check_prepared(out).ok and manifest["planes"]["rule"] == "sharpness" and manifest["planes"]["check"]["status"] == "not independent"
     # the unseen levels fall back to the by-well split of the Broad planes; the evaluation follows the manifest
     assert set(manifest["test_sets"]) == {"z01", "z05", "z13"} and manifest["test_sets"]["z01"]["split"] == "by_well"
     wells = bbbc006.split_by_well(WELLS, seed=0, n_val=2)

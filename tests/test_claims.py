@@ -285,11 +285,13 @@ def test_claims_section_lists_every_claim_and_the_command_of_a_missing_one(tmp_p
     assert list(frame["verdict"]) == ["supported", "not run"]
 
 
-def test_scale_names_the_configuration():
-    assert measurement_scale({"name": "paper", "scale": "paper"}) == "paper"
-    assert measurement_scale({"name": "claims", "scale": "paper"}) == "claims config"
-    assert measurement_scale({"name": "demo", "scale": "demo"}) == "demo"
-    assert measurement_scale({"name": "mine", "scale": "smoke"}) == "smoke (config 'mine')"
+def test_the_scale_comes_from_the_models_and_their_training_not_the_configs_name():
+    paper = {"scale": "paper", "train": {"iterations": 60000}, "datasets": {"w1": {}, "histech": {"train": {"iterations": 300000}}}}
+    assert measurement_scale({**paper, "name": "paper"}) == "paper" == measurement_scale({**paper, "name": "my-paper-copy"})
+    short = {"scale": "paper", "train": {"iterations": 6000}, "datasets": {"w1": {}, "shapes": {"train": {"iterations": 3000}}, "test_only": {"n_train": 0}}}
+    assert measurement_scale({**short, "name": "paper"}) == "paper-size models, 3,000–6,000 training iterations (the paper's: 60,000)"
+    assert measurement_scale({"name": "paper", "scale": "demo"}) == "demo"
+    assert measurement_scale({"name": "mine", "scale": "smoke"}) == "smoke"
 
 
 def test_a_malformed_claim_is_refused_by_name():
@@ -363,7 +365,7 @@ def test_the_claims_config_measures_every_claim_of_its_three_comparisons(tmp_pat
     config = load_config(ROOT / "config" / "claims.yaml")
     assert set(config["experiments"]) == set(CLAIMS_CONFIG_EXPERIMENTS)
     assert {spec["seeds"] for spec in config["experiments"].values()} == {3}
-    assert measurement_scale(config) == "claims config" and config["scale"] == "paper"
+    assert measurement_scale(config).startswith("paper-size models, 3,000–6,000 training iterations") and config["scale"] == "paper"
     rows = evaluate_claims(config, tmp_path / "results", options=FAST)
     ours = {c["id"] for c in load_claims()["list"] if c["measure"].get("experiment") in CLAIMS_CONFIG_EXPERIMENTS}
     unmeasured = {r["id"].split("[")[0] for r in rows if r["id"].split("[")[0] in ours and r["reason"].startswith("not measured")}

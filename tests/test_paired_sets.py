@@ -211,3 +211,17 @@ def test_prepare_a_subset_reads_only_the_checked_splits(tmp_path):
     out = prepare("3dhistech", root, tmp_path / "prepared", counts={"test": 1}, progress=False)
     assert read_split(out) == {"test": ["test_patch_203"]}
     assert read_json(out / "manifest.json")["train_levels"] == []
+
+
+def test_hidden_files_beside_the_pairs_are_skipped_and_counted(tmp_path):
+    """A copy made on a Mac: AppleDouble '._' forks and .DS_Store beside every image, never taken for one."""
+    from dgno.data.paired_sets import check, prepare
+
+    root = write_histech(tmp_path / "raw")
+    for png in list(root.rglob("*.png")):
+        (png.parent / f"._{png.name}").write_bytes(b"\x00\x05\x16\x07" + bytes(60))
+        (png.parent / ".DS_Store").write_bytes(b"Bud1")
+    assert check("3dhistech", root, counts={"train": 2, "val": 1, "test": 1}).ok
+    out = prepare("3dhistech", root, tmp_path / "prepared", counts={"train": 2, "val": 1, "test": 1}, progress=False)
+    manifest = read_json(out / "manifest.json")
+    assert manifest["n_train"] == 2 and manifest["hidden_files_skipped"] == {"train/blur": 2, "train/sharp": 2, "val/blur": 1, "val/sharp": 1, "test/blur": 1, "test/sharp": 1}

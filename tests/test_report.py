@@ -166,3 +166,40 @@ def test_robustness_section_gives_each_model_beside_the_blurred_input(tmp_path):
     assert "1 of 2 models score below the blurred input out of range: DGNO-Cell." in sec
     assert f"results/eval/{ood}/nafnet/{lvl}/summary.json" in sec  # not run: the command
     assert "photons 15–25" in sec and "background 0.35–0.5" in sec
+
+
+@pytest.mark.parametrize("config_file, renamed", [("config/claims.yaml", None), ("config/paper.yaml", "my-paper-run")])
+def test_a_paper_scale_config_carries_no_demo_banner_whatever_its_name(tmp_path, config_file, renamed):
+    """The banner follows the config's `scale` and the models the evaluations record, never the config's name."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / config_file).read_text())
+    if renamed:
+        cfg["name"] = renamed
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))  # key order kept: the ablation grids are read in it
+    config = load_config(path)
+    results = tmp_path / "results"
+    _summary(results, "bbbc006_w1", "gg", "z02", 30.0)
+    build_report(config, results, tmp_path / "index.html")
+    page = (tmp_path / "index.html").read_text()
+    assert 'id="demo-warning"' not in page and "Demo scale" not in page and "Smoke scale" not in page
+    # models that were actually run at a smaller scale bring the banner back, naming what they record
+    spec = json.loads((results / "eval" / "bbbc006_w1" / "gg" / "z02" / "summary.json").read_text())
+    spec["model_spec"] = {"name": "gg", "scale": "smoke"}
+    (results / "eval" / "bbbc006_w1" / "gg" / "z02" / "summary.json").write_text(json.dumps(spec))
+    build_report(config, results, tmp_path / "index.html")
+    banner = (tmp_path / "index.html").read_text().split('id="demo-warning">')[1].split("</div>")[0]
+    assert "Smoke scale." in banner and "config key scale: paper; the evaluated models record smoke" in banner
+
+
+def test_a_demo_like_config_renamed_paper_keeps_its_banner(tmp_path):
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    cfg["name"] = "paper"
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    build_report(load_config(path), tmp_path / "results", tmp_path / "index.html")
+    banner = (tmp_path / "index.html").read_text().split('id="demo-warning">')[1].split("</div>")[0]
+    assert "Demo scale." in banner and "config key scale: demo" in banner

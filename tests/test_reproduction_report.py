@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from conftest import ROOT
@@ -75,3 +76,87 @@ def test_table_pools_levels_shows_gumbel_and_follows_the_manifest(settings, tmp_
     histech = frame[frame.dataset == "3dhistech"]
     assert (histech["verdict"] == "not run").all() and histech["test_set"].str.contains("not placed by hand").all()
     assert frame[frame.table == "stardist"]["verdict"].eq("not measured").all()  # no StarDist table written here
+
+
+# ---------------------------------------------------------------------- time labels and data reading
+
+
+def _bench(root: Path, rel: str, seconds: float) -> None:
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (root / rel).write_text(f"s\th:m:s\n{seconds}\t0:00:01\n")
+
+
+@pytest.mark.parametrize(
+    "device, label",
+    [("cuda: NVIDIA H100 80GB HBM3", "GPU time (NVIDIA H100 80GB HBM3)"), ("cpu: AMD EPYC 7B13 (1 threads)", "CPU time")],
+)
+def test_time_is_labelled_by_the_device_the_jobs_recorded(tmp_path, device, label):
+    rels = ["results/benchmarks/evaluate/bbbc006_w1/dgno-cell-authors/z02.tsv", "results/benchmarks/evaluate_gumbel/bbbc006_w1/dgno-cell-authors/z02.tsv"]
+    for rel in rels:
+        _bench(tmp_path, rel, 90.0)
+    base = tmp_path / "results" / "eval" / "bbbc006_w1" / "dgno-cell-authors" / "z02"
+    _summary(base / "summary.json", 37.0, provenance={"device": device}, runtime={"device": "cuda:0" if device.startswith("cuda") else "cpu"})
+    _summary(base / "gumbel" / "summary.json", 37.0, provenance={"device": device})
+    t = rep.job_time({"benchmarks": [*rels, "results/benchmarks/stardist_authors/bbbc006_w1.tsv"]}, tmp_path)
+    assert t["seconds"] == 180.0 and t["jobs"] == 2 and t["devices"] == {(device if device.startswith("cuda") else "cpu"): 2} and t["missing"] == ["results/benchmarks/stardist_authors/bbbc006_w1.tsv"]
+    assert rep.time_label(t["devices"]) == label
+    assert rep._time_note({"time": t}).startswith(f"{label} of this target: 3.0 min over 2 job(s)")
+
+
+def test_mixed_or_unrecorded_devices_are_said_as_they_are():
+    assert rep.time_label({"cuda": 3}) == "GPU time (GPU model not recorded)"  # an older summary: cuda:0 at run time, no model
+    assert rep.time_label({"cuda: NVIDIA A100": 2, "cpu": 1}) == "Time (1 job(s) on the CPU; 2 job(s) on NVIDIA A100)"
+    assert rep.time_label({"unknown": 2}) == rep.time_label({}) == "Time (device not recorded)"
+
+
+def _prepared(tmp_path: Path, listing_planes) -> Path:
+    """The authors' w1 prepared from a Mac-packed replica with Broad names; the Broad listing from local folders of `listing_planes`."""
+    from bbbc006_replica import unpack_replica, write_broad
+
+    from dgno.data.bbbc006_authors import prepare_dataset
+    from dgno.data.bbbc006_listing import broad_listing
+
+    raw = unpack_replica(tmp_path / "raw", "broad", mac=True)
+    write_broad(raw, planes=(1, 5, 13, 16, *listing_planes))
+    listing = broad_listing(raw, base_url="http://127.0.0.1:9/nowhere/", retries=0, timeout=5)
+    return prepare_dataset(raw, tmp_path / "results" / "data" / "bbbc006_w1", channel="w1", seed=0, broad_root=raw, n_val_wells=1, broad_listing=listing, progress=False)
+
+
+def _section(settings: dict, results: Path):
+    settings = {**settings, "gumbel_repeats": 0}
+    for ds in settings["datasets"]:
+        for m in settings["methods"]:
+            for lvl in settings["datasets"][ds]["test_levels"]:
+                _summary(results / "eval" / ds / m / lvl / "summary.json", 37.0)
+    rep.write_table(settings, results, results / "tables" / "reproduction.csv")
+    return rep.reproduction_section({}, results)
+
+
+def test_the_section_says_how_the_data_were_read(settings, tmp_path):
+    _prepared(tmp_path, (2, 6, 10))
+    sec = _section(settings, tmp_path / "results")
+    head, rows = sec.text_tables[-1]
+    reading = {what: how for ds, what, how in rows if ds == "bbbc006_w1"}
+    assert reading["pairing"].startswith("12 fields, 12 GT + 36 blur files; paired by field")
+    assert "96 hidden file(s) skipped (macOS ._* forks, dot-files: never images: test/GT 8, test/blur 24, train/GT 16, train/blur 48)" in reading["pairing"]
+    assert reading["plane rule"].startswith("asked: auto; files decided by: broad 36 (100%)")
+    assert reading["blur-order check"].startswith("passed: expected sharpness(z02) < sharpness(z06) < sharpness(z10); median sharpness z02 ")
+    assert "0% of the checked fields out of order (allowed 5%); independent: yes" in reading["blur-order check"]
+    assert reading["Broad listing (z02/z06/z10)"].startswith("listed: z02: 24 names from the unpacked folder")
+    assert reading["Broad mapping (unseen levels, labels)"].startswith("mapped: ") and "identical to Broad z16 in 12 of 12 fields" in reading["Broad mapping (unseen levels, labels)"]
+    verdicts = [r[10] for r in sec.text_tables[0][1]]
+    assert not any("per-plane value" in v for v in verdicts)  # every plane verified: nothing marked
+
+
+def test_per_plane_numbers_are_marked_when_the_planes_are_unverified(settings, tmp_path):
+    _prepared(tmp_path, ())  # no listing anywhere: the planes by sharpness
+    sec = _section(settings, tmp_path / "results")
+    reading = {what: how for ds, what, how in sec.text_tables[-1][1] if ds == "bbbc006_w1"}
+    assert reading["plane rule"].startswith("asked: auto; files decided by: sharpness 36 (100%)")
+    assert reading["blur-order check"].startswith("not independent:") and "assigned by sharpness; the order check is then not independent" in reading["blur-order check"]
+    assert reading["Broad listing (z02/z06/z10)"].startswith("unavailable: z02: unavailable (")
+    frame = pd.read_csv(tmp_path / "results" / "tables" / "reproduction.csv", keep_default_na=False)
+    marked = frame[frame["caveat"] != ""]
+    assert set(marked["dataset"]) == {"bbbc006_w1"} and set(marked["levels"]) == {"z06"}  # StarDist at z06: one plane
+    assert (frame[(frame["table"] == "main") & (frame["dataset"] == "bbbc006_w1")]["caveat"] == "").all()  # pooled: not marked
+    assert any("pooled numbers do not depend on which file is which plane" in n for n in sec.notes)

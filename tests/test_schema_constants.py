@@ -150,6 +150,20 @@ def test_training_choices_are_accepted_by_the_trainer_and_nothing_else():
         pick_device("tpu")
 
 
+def test_training_defaults_are_the_schemas():
+    """One source for the recipe's defaults: every TrainConfig field that is a config key defaults to the schema's value."""
+    from dataclasses import MISSING, fields
+
+    train = _node("properties", "train")["properties"]
+    defaults = {f.name: f.default if f.default is not MISSING else f.default_factory() for f in fields(TrainConfig)}
+    top = {k: _node("properties", k)["default"] for k in ("seed", "device")}
+    assert set(train) <= set(defaults), f"schema train keys the trainer does not take: {sorted(set(train) - set(defaults))}"
+    assert set(defaults) - set(train) - set(top) == {"betas"}  # AdamW's betas: the authors' (0.9, 0.999), not a config key
+    drift = {k: (defaults[k], node["default"]) for k, node in train.items() if defaults[k] != node["default"]}
+    drift |= {k: (defaults[k], v) for k, v in top.items() if defaults[k] != v}
+    assert not drift, f"TrainConfig default != schema default: {drift}"
+
+
 def test_adamw_implementations_are_the_training_steps():
     from dgno.train.recipe import ADAMW_IMPLS, SPEED_ONLY
 
@@ -161,6 +175,7 @@ def test_adamw_implementations_are_the_training_steps():
 
 def test_plane_rules_and_routings_are_the_codes():
     assert _enum(*DATASET, "plane_rule") == list(bbbc006_pairing.PLANE_RULES)
+    assert _enum(*DATASET, "plane_check") == list(bbbc006_pairing.PLANE_CHECKS)
     assert _enum("properties", "evaluate", "properties", "routing") == list(ROUTINGS)
 
 
@@ -189,6 +204,7 @@ TIED = {
     ("properties", "evaluate", "properties", "blend"),
     ("properties", "evaluate", "properties", "routing"),
     (*DATASET, "plane_rule"),
+    (*DATASET, "plane_check"),
     ("properties", "evaluate", "properties", "checkpoint"),
     ("properties", "experiments", "properties", "nonblind", "properties", "deconvolution", "items"),
 }

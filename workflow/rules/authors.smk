@@ -1,6 +1,7 @@
 # The paper's numbers from the authors' released weights (target `authors`): their BBBC006 archive
-# and split, their six checkpoints, evaluations with argmax and Gumbel routing, StarDist AP on their
-# restorations, and the table "Reproduction from the released weights" (dgno.workflow.reproduction).
+# and split (the planes of its blur files from the names the Broad archives list, bbbc006_broad_names),
+# their six checkpoints, evaluations with argmax and Gumbel routing, StarDist AP on their restorations,
+# and the table "Reproduction from the released weights" (dgno.workflow.reproduction).
 
 
 rule bbbc006_authors_archive:
@@ -19,6 +20,24 @@ rule bbbc006_authors_archive:
         retries=config["downloads"]["retries"],
     script:
         "../scripts/bbbc006_authors_fetch.py"
+
+
+rule bbbc006_broad_names:
+    output:
+        f"{RAW}/bbbc006/broad_names.json",
+    log:
+        "results/logs/download/bbbc006_broad_names.log",
+    conda:
+        "../../envs/dgno.yaml"
+    threads: threads_for("bbbc006_broad_names")
+    resources:
+        mem_mb=mem_mb_for("bbbc006_broad_names"),
+        runtime=runtime_for("bbbc006_broad_names"),
+    params:
+        base_url=config["downloads"]["bbbc006_url"],
+        retries=config["downloads"]["retries"],
+    script:
+        "../scripts/bbbc006_broad_names.py"
 
 
 rule evaluate_gumbel:

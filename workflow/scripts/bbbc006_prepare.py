@@ -10,6 +10,7 @@ _log.redirect(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
 
 from dgno.data import bbbc006, bbbc006_authors  # noqa: E402
+from dgno.data.bbbc006_listing import read_listing  # noqa: E402
 
 ds = sm.params.dataset
 out = Path(sm.output.split).parent
@@ -25,7 +26,10 @@ if ds.get("split", "by_well") == "authors":
         extra_planes=extra,
         n_val_wells=ds["n_val_wells"],
         plane_rule=ds["plane_rule"],
+        plane_check=ds["plane_check"],
         max_out_of_order=ds["max_out_of_order"],
+        broad_listing=read_listing(sm.input.get("broad_names")),
+        config_key=f"datasets.{sm.wildcards.dataset}",  # a fix names the config keys to change
         url=ds["authors_url"],
     )
 else:

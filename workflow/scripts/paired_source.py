@@ -32,6 +32,4 @@ except InputError as exc:
         f"{name}: the raw data are not in place.\n{exc}\n"
         f"In this workflow: {retry}place the files in {ds['path']} (config key {where}), then re-run the same snakemake command."
     )
-    print(text)
-    print(text, file=sys.__stderr__)
-    sys.exit(1)
+    _log.fail(text)

@@ -40,7 +40,7 @@ from tqdm import tqdm
 
 import dgno
 from dgno.data.download import fetch_zip, sha256_file, unpack_zip
-from dgno.io import InputError, atomic_dir, read_json, read_raw_image, write_json
+from dgno.io import InputError, atomic_dir, read_json, read_raw_image, visible_files, write_json
 
 BASE_URL = "https://data.broadinstitute.org/bbbc/BBBC006/"
 N_PLANES = 34  # z00 .. z33
@@ -130,16 +130,8 @@ def _fetch_archive(url: str, raw_root: Path, archive_name: str, out_name: str, *
 
 
 def fetch_plane(
-    z: int,
-    raw_root: str | Path,
-    *,
-    base_url: str = BASE_URL,
-    sha256: str | None = None,
-    size: int | None = None,
-    retries: int = 4,
-    backoff: float = 1.0,
-    timeout: float = 60,
-    progress: bool = True,
+    z: int, raw_root: str | Path, *, base_url: str = BASE_URL, sha256: str | None = None, size: int | None = None,
+    retries: int = 4, backoff: float = 1.0, timeout: float = 60, progress: bool = True,
 ) -> Path:
     """Download, verify and unpack plane `z` into ``raw_root/zNN``; returns that folder.
 
@@ -200,10 +192,10 @@ def index_plane(root: str | Path, z: int, channel: Channel) -> dict[tuple[str, i
             f"Fix: {_fix_for(root)}"
         )
     found: dict[tuple[str, int], Path] = {}
-    for path in sorted(folder.rglob("*")):
+    for path in visible_files(folder, (".tif", ".tiff"), recursive=True)[0]:  # hidden files (macOS '._' forks) are never images
         m = IMAGE_NAME_RE.match(path.name)
-        if m is None or not path.is_file():
-            continue  # e.g. macOS '._' resource forks, thumbnails, READMEs
+        if m is None:
+            continue  # TIFFs that are not BBBC006 images
         well, site, ch = m.group(1).lower(), int(m.group(2)), m.group(3).lower()
         if ch != channel:
             continue
@@ -216,6 +208,12 @@ def index_plane(root: str | Path, z: int, channel: Channel) -> dict[tuple[str, i
     if not found:
         raise InputError(f"{folder}: no {channel} images of plane z{z:02d}. Fix: {_fix_for(root)}")
     return found
+
+
+def hidden_files(root: str | Path, planes: Iterable[int]) -> dict[str, int]:
+    """{plane level: files skipped as never images (dgno.io.is_hidden)} in the unpacked plane folders, for the manifest."""
+    folders = {level_name(z): plane_dir(root, z) for z in sorted(set(planes))}
+    return {lvl: len(visible_files(f, (".tif", ".tiff"), recursive=True)[1]) for lvl, f in folders.items() if f is not None}
 
 
 def describe_fields(keys: Iterable[tuple[str, int]], limit: int = 5) -> str:
@@ -270,9 +268,9 @@ def index_labels(root: str | Path) -> dict[tuple[str, int], Path]:
             f"Fix: {_fix_for(root)}, or pass labels=False to prepare without them"
         )
     found = {}
-    for path in sorted(folder.rglob("*.png")):
+    for path in visible_files(folder, (".png",), recursive=True)[0]:  # hidden files (macOS '._' forks) are never masks
         m = LABEL_NAME_RE.match(path.name)
-        if m is not None and path.is_file():
+        if m is not None:
             found[m.group(1).lower(), int(m.group(2))] = path
     if not found:
         raise InputError(f"{folder}: no BBBC006 label masks ({PREFIX}_<well>_s<site>.png). Fix: {_fix_for(root)}")
@@ -416,6 +414,7 @@ def prepare_dataset(
         if labels:
             sources[LABELS_ARCHIVE] = source_record(raw_root, LABELS_ARCHIVE, labels_url())
         manifest = _manifest(channel, seed, gt_plane, train_planes, extra_planes, test_fraction, n_val_wells, split, rows, shape, labels, sources)
+        manifest["hidden_files_skipped"] = hidden_files(raw_root, [gt_plane, *blur_planes])
         write_json(tmp / "manifest.json", manifest)
     return out_dir
 

@@ -4,8 +4,10 @@ Why: the paper's BBBC006 numbers were measured on the authors' own split, publis
 ``BBBC006.tar.gz`` (about 3.2 GB, both channels) in the Hugging Face repository ``Duane245/DGNO``;
 this project's own split (:mod:`dgno.data.bbbc006`, seeded, by well) tests on other images. The
 archive unpacks to ``BBBC006/{train,test}/{GT,blur}/*.tif`` (GT z16; blur z02, z06, z10). Its files
-are paired as the authors' test script pairs them and then verified, and each blur file's plane is
-checked against the images (:mod:`dgno.data.bbbc006_pairing`).
+are paired by field and compared with the authors' test script's pairing, and each blur file's plane
+is known file by file (from its name, from the Broad listing of the planes' archives, else by
+sharpness) and checked against the images (:mod:`dgno.data.bbbc006_pairing`). Hidden files (macOS
+``._*`` forks, ``.DS_Store``) are skipped and counted.
 
 The unseen defocus levels z01, z05, z13 exist only in the Broad planes, so :func:`map_to_broad` maps
 the archive's fields to the Broad file names (same well, site, channel) and takes those planes and
@@ -36,24 +38,27 @@ from tqdm import tqdm
 
 import dgno
 from dgno.data import bbbc006
-from dgno.data.bbbc006_pairing import ARCHIVE, PER_GT, PLANES, SPLITS, ArchiveIndex, Pair, PlaneRule, check_layout, index_archive
+from dgno.data.bbbc006_layout import ARCHIVE, PER_GT, PLANES, SPLITS, UNPACK_DIR, Pair, check_layout
+from dgno.data.bbbc006_pairing import ArchiveIndex, PlaneCheck, PlaneRule, index_archive, planes_record
 from dgno.data.download import DownloadError, fetch_targz, part_path, sha256_file, unpack_tar
 from dgno.data.paired_sets import Report
-from dgno.io import InputError, atomic_dir, read_json, write_json
+from dgno.io import InputError, atomic_dir, is_hidden, read_json, write_json
 
 log = logging.getLogger(__name__)
 
 HF_REPO = "Duane245/DGNO"
 DEFAULT_URL = f"https://huggingface.co/{HF_REPO}/resolve/main/{ARCHIVE}"
-UNPACK_DIR = "authors"
 
 # ------------------------------------------------------------------------------------------- fetch
 
 
 def find_root(raw_root: str | Path) -> Path | None:
-    """The unpacked ``BBBC006`` folder under `raw_root` (``authors/BBBC006``, ``BBBC006`` or raw_root itself)."""
+    """The unpacked ``BBBC006`` folder under `raw_root`: ``authors/BBBC006``, ``BBBC006``, raw_root itself, or
+    the one folder directly in ``authors/`` that holds train/ and test/ (an archive whose top folder has another name)."""
     raw_root = Path(raw_root)
-    for folder in (raw_root / UNPACK_DIR / "BBBC006", raw_root / "BBBC006", raw_root):
+    unpacked = raw_root / UNPACK_DIR
+    others = sorted(p for p in unpacked.iterdir() if p.is_dir() and not is_hidden(p.name)) if unpacked.is_dir() else []
+    for folder in (unpacked / "BBBC006", raw_root / "BBBC006", raw_root, *others):
         if all((folder / split).is_dir() for split in SPLITS):
             return folder
     return None
@@ -96,9 +101,9 @@ def fetch(
             raise DownloadError(f"{exc}\nOr place the archive by hand: {manual_steps(raw_root, url)}") from None
         unpack_tar(archive, raw_root / UNPACK_DIR, progress=progress)
         write_json(archive.with_name(ARCHIVE + ".json"), {"file": ARCHIVE, "url": url, "sha256": sha256_file(archive), "size": archive.stat().st_size})
-        root = raw_root / UNPACK_DIR / "BBBC006"
-        if not root.is_dir():
-            raise InputError(f"{archive}: unpacked, but holds no BBBC006/ folder. Fix: this is not the authors' archive; {manual_steps(raw_root, url)}")
+        root = find_root(raw_root)
+        if root is None:
+            raise InputError(f"{archive}: unpacked, but holds no folder with train/ and test/. Fix: this is not the authors' archive; {manual_steps(raw_root, url)}")
     check_layout(root)
     return root
 
@@ -169,12 +174,12 @@ def map_to_broad(pairs: list[Pair], broad_root: str | Path, channel: bbbc006.Cha
     out = BroadMap("mapped", planes)
     for z in planes:
         found = bbbc006.index_plane(broad_root, z, channel)
-        _refuse_missing(keyed.keys() - found.keys(), f"{bbbc006.plane_dir(broad_root, z)}: Broad plane z{z:02d} has no {channel} image", bbbc006.plane_archive(z))
+        _refuse_missing(keyed.keys() - found.keys(), bbbc006.plane_dir(broad_root, z), f"Broad plane z{z:02d} has no {channel} image", bbbc006.plane_archive(z))
         for key, pair in keyed.items():
             out.blur.setdefault(pair.id, {})[z] = found[key]
     if labels:
         found = bbbc006.index_labels(broad_root)
-        _refuse_missing(keyed.keys() - found.keys(), f"{bbbc006.labels_dir(broad_root)}: no label mask", bbbc006.LABELS_ARCHIVE)
+        _refuse_missing(keyed.keys() - found.keys(), bbbc006.labels_dir(broad_root), "no label mask", bbbc006.LABELS_ARCHIVE)
         out.labels = {pair.id: found[key] for key, pair in keyed.items()}
     if bbbc006.plane_dir(broad_root, bbbc006.GT_PLANE) is not None:
         z16 = bbbc006.index_plane(broad_root, bbbc006.GT_PLANE, channel)
@@ -183,11 +188,12 @@ def map_to_broad(pairs: list[Pair], broad_root: str | Path, channel: bbbc006.Cha
     return out
 
 
-def _refuse_missing(missing: set, what: str, archive: str) -> None:
+def _refuse_missing(missing: set, folder: Path, what: str, archive: str) -> None:
     if missing:
         raise InputError(
-            f"{what} for {len(missing)} field(s) of the authors' archive ({bbbc006.describe_fields(missing)}). "
-            f"Fix: download and unpack {archive} again (`dgno data check bbbc006` prints the commands)"
+            f"{folder}: {what} for {len(missing)} field(s) of the authors' archive ({bbbc006.describe_fields(missing)}). "
+            f"Fix: delete the unpacked folder {folder}/ and rerun: the workflow downloads and unpacks {archive} again "
+            "(by hand: `dgno data check bbbc006` prints the commands)"
         )
 
 
@@ -203,20 +209,10 @@ FALLBACK_NOTE = (
 
 
 def prepare_dataset(
-    raw_root: str | Path,
-    out_dir: str | Path,
-    *,
-    channel: bbbc006.Channel,
-    seed: int,
-    broad_root: str | Path | None = None,
-    extra_planes: Iterable[int] = bbbc006.EXTRA_PLANES,
-    labels: bool = True,
-    n_val_wells: int = 8,
-    plane_rule: PlaneRule = "auto",
-    max_out_of_order: float = 0.05,
-    fallback: bool = True,
-    url: str = DEFAULT_URL,
-    progress: bool = True,
+    raw_root: str | Path, out_dir: str | Path, *, channel: bbbc006.Channel, seed: int,
+    broad_root: str | Path | None = None, extra_planes: Iterable[int] = bbbc006.EXTRA_PLANES, labels: bool = True, n_val_wells: int = 8,
+    plane_rule: PlaneRule = "auto", max_out_of_order: float = 0.05, plane_check: PlaneCheck = "warn", broad_listing: dict | None = None,
+    config_key: str | None = None, fallback: bool = True, url: str = DEFAULT_URL, progress: bool = True,
 ) -> Path:
     """Write one channel of the authors' BBBC006 split in the shared dataset layout and return out_dir.
 
@@ -224,13 +220,15 @@ def prepare_dataset(
     (:mod:`dgno.data.bbbc006` layout) for the unseen levels `extra_planes` and the label masks
     (`labels`); without it the dataset has the archive's planes only. Files are decoded, shape-checked
     and hard-linked or copied unchanged (16-bit originals, min-max normalised at read time); built in
-    a temporary folder and renamed into place. The manifest records the pairing, the plane rule and
-    its check, the validation wells and the Broad mapping (or why there is none).
+    a temporary folder and renamed into place. The manifest records the pairing (hidden files skipped),
+    every blur file's plane and the rule that decided it (`broad_listing`: the Broad z02/z06/z10 names,
+    :mod:`dgno.data.bbbc006_listing`), the order check (`plane_check` warn | strict), the validation
+    wells and the Broad mapping (or why there is none). `config_key`: fixes name config keys.
 
     When no archive name names a Broad field (status ``no_names``) and `fallback` is set, the unseen
     levels are written from the seeded by-well split of the Broad planes instead (ids ``by_well-<id>``,
     test ids in ``split_by_well.csv``); the manifest's ``test_sets`` tells the evaluation and the
-    report's captions which levels that is (:func:`dgno.data.paired.level_test_ids`). Decided here because it
+    report's captions which levels that is (:func:`dgno.data.paired.level_test_ids`), decided here: it
     depends on the data, not on the configuration.
     """
     raw_root, out_dir = Path(raw_root), Path(out_dir)
@@ -239,7 +237,9 @@ def prepare_dataset(
         raise ValueError("labels=True needs broad_root: the label masks come from the Broad labels archive (BBBC006_v1_labels.zip); pass broad_root or labels=False")
     if out_dir.exists() and not (out_dir / "manifest.json").is_file() and any(out_dir.iterdir()):
         raise InputError(f"{out_dir}: exists and is not a dataset (no manifest.json). Fix: choose another output folder or empty it")
-    index = index_archive(root, channel, plane_rule=plane_rule, max_out_of_order=max_out_of_order, progress=progress)
+    index = index_archive(
+        root, channel, plane_rule=plane_rule, max_out_of_order=max_out_of_order, plane_check=plane_check, broad_listing=broad_listing, config_key=config_key, progress=progress
+    )
     split = carve_validation(index.pairs, n_val_wells=n_val_wells, seed=seed)
     broad = map_to_broad(index.pairs, broad_root, channel, planes=extra_planes, labels=labels) if broad_root is not None else BroadMap("not_requested")
     by_well = broad.status == "no_names" and fallback and bool(broad.planes)
@@ -250,6 +250,7 @@ def prepare_dataset(
         _write_split(tmp / "split.csv", [(p.id, split[p.id]) for p in index.pairs])
         test_sets = _write_by_well(tmp, Path(broad_root), channel, broad.planes, labels=labels, seed=seed, n_val_wells=n_val_wells, progress=progress) if by_well else {}
         manifest = _manifest(index, split, broad, seed=seed, n_val_wells=n_val_wells, shape=shape, sources=_sources(raw_root, broad_root, broad, url, by_well))
+        manifest["planes"] = planes_record(index, broad_listing)
         if test_sets:
             manifest["test_levels"] = sorted({*manifest["test_levels"], *test_sets})
             manifest["test_sets"] = test_sets
@@ -329,11 +330,6 @@ def _write_images(tmp: Path, index: ArchiveIndex, broad: BroadMap, *, progress: 
     return shape
 
 
-_PLANE_RULE_TEXT = {
-    "name": "from the blur file name (a z<NN> token after the channel, or a <NN>_ prefix)",
-    "position": f"from the position in the sorted triple of a field's blur files: first z{PLANES[0]:02d}, then z{PLANES[1]:02d}, z{PLANES[2]:02d}",
-    "sharpness": "by sharpness within each field's triple: most blurred = farthest from focus (the names carry no plane and their order is not the planes')",
-}
 _BROAD_TEXT = {
     "mapped": "unseen levels and label masks from the Broad files of the same plate, well, site and channel",
     "no_names": "no file name of the archive names a Broad field: no label masks for the archive's fields; the unseen levels, if any, come from the by-well split of the Broad planes (see test_sets)",
@@ -375,11 +371,15 @@ def _manifest(index: ArchiveIndex, split: dict[str, str], broad: BroadMap, *, se
         "pairing": {
             "rule": "the authors' test script: channel = first two characters of the last '_' part of the name; sorted blur files "
             f"paired with the sorted GT files each repeated {PER_GT} times",
-            "verified": "every blur file names its GT's field (plate, well, site, channel), exactly 3 per GT" if index.names_carry_fields
+            "verified": "paired by field: every blur file names its GT's field (plate, well, site, channel), exactly 3 per GT" if index.names_carry_fields
             else "not verifiable: the file names carry no field; the pairs are the authors' unverified",
+            "fields": len(pairs),
+            "files": {"GT": len(pairs), "blur": sum(len(p.triple) for p in pairs)},
             "ignored_files": index.ignored,
+            "hidden_files_skipped": index.hidden,
+            "authors_order_agrees": index.authors_order_agrees,
         },
-        "planes": {"rule": index.plane_rule, "description": _PLANE_RULE_TEXT[index.plane_rule], "check": index.plane_check},
+        "warnings": index.warnings,
         "broad": {"status": broad.status, "description": _BROAD_TEXT[broad.status], "planes": list(broad.planes) if broad.blur else [], "gt_identical_to_broad_z16": broad.gt_identical},
         "n_train": counts["train"],
         "n_val": counts["val"],
@@ -413,7 +413,11 @@ def check_authors(raw_root: str | Path, *, url: str = DEFAULT_URL) -> Report:
         else:
             for split in SPLITS:
                 c = counts[split]
-                report.present.append(f"{root / split}: GT {c['GT']['w1']} w1 + {c['GT']['w2']} w2, blur {c['blur']['w1']} w1 + {c['blur']['w2']} w2 (3 per GT)")
+                hidden = c["GT"]["hidden"] + c["blur"]["hidden"]
+                report.present.append(
+                    f"{root / split}: GT {c['GT']['w1']} w1 + {c['GT']['w2']} w2, blur {c['blur']['w1']} w1 + {c['blur']['w2']} w2 (3 per GT)"
+                    + (f"; {hidden} hidden file(s) skipped (macOS ._* forks, dot-files: never images)" if hidden else "")
+                )
     report.ok = not report.missing and not report.problems
     report.steps = [
         f"Download, verify and unpack (resumable): `python -c \"from dgno.data.bbbc006_authors import fetch; fetch('{raw_root}')\"`",

@@ -1,27 +1,28 @@
-"""Pair and verify the files of the DGNO authors' BBBC006 archive: names, pairs, planes, blur order.
+"""Pair the files of the DGNO authors' BBBC006 archive and know each blur file's plane, then check it on the images.
 
-The archive (:mod:`dgno.data.bbbc006_authors`) unpacks to ``BBBC006/{train,test}/{GT,blur}/*.tif``:
-GT holds the in-focus plane z16, blur the planes z02, z06 and z10 of each field. The authors' test
-script keeps one channel by the first two characters of the last ``_``-separated part of a file name
-(``w1``/``w2``), sorts the blur files and pairs them with the sorted GT files, each repeated three
-times. That rule assumes what nobody checks: that the sorted lists line up field by field and that
-every field has exactly three blur files. :func:`pair_split` pairs the same way and then verifies
-both from the names (plate, well, site, channel), and stops naming the files when they disagree.
+Pairing and names: :mod:`dgno.data.bbbc006_layout`. Which blur file is which plane (z02, z06, z10),
+decided file by file and recorded with the rule that decided it:
 
-Which blur file is which plane: from the name where it carries one (``-z02``, ``_z_02``, a ``02_``
-prefix), else from its position in the sorted triple (rule "position"). Either way it is checked
-against the images (:func:`check_blur_order`): defocus blur must decrease from z02 to z10 (14, 10
-and 6 planes from focus) by :func:`sharpness`. A share of fields out of order above
-``max_out_of_order`` stops. Rule "sharpness" assigns the planes by that measure instead (the check is
-then no longer independent, which the record says). Real Broad file names carry a different
-UUID-like suffix per plane, so if the archive kept them, their sorted order is not the planes'.
+- ``name``: the plane the name carries (``-z02``, ``_z_02``, a ``02_`` prefix, a ``z02/`` folder);
+- ``broad``: the plane of the Broad archive that lists a file of exactly that name
+  (:mod:`dgno.data.bbbc006_listing`; Broad names carry a different UUID-like suffix per plane);
+- ``position``: the place in the field's sorted triple (first z02, then z06, z10);
+- ``sharpness``: the most blurred of a field's undecided files is the farthest from focus.
+
+Rule ``auto`` (the default) takes, for each file, the first of name → broad that knows it, and the
+rest of its field by sharpness. The blur order is then checked on the images
+(:func:`check_blur_order`): defocus blur must decrease from z02 to z10 (14, 10 and 6 planes from
+focus) by :func:`sharpness`. Fields whose planes were assigned by sharpness are in order by
+construction, so the check counts only the others, and the record says whether it is independent.
+A share out of order above ``max_out_of_order`` is a warning (manifest, report, per-plane tables
+marked), or with ``plane_check='strict'`` a stop naming the fields: the paper's pooled BBBC006 numbers
+do not depend on which file is which plane; the per-plane ones do.
 """
 
 from __future__ import annotations
 
-import re
-from collections import defaultdict
-from collections.abc import Iterable
+import logging
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -31,48 +32,40 @@ from scipy import ndimage
 from tqdm import tqdm
 
 from dgno.data import bbbc006
+from dgno.data.bbbc006_layout import (
+    ARCHIVE,
+    FOLDERS,
+    PER_GT,
+    PLANES,
+    SPLITS,
+    Pair,
+    authors_channel,
+    check_layout,
+    pair_split,
+    parse_field,
+    plane_from_name,
+    plane_from_path,
+    show,
+)
+from dgno.data.bbbc006_listing import LISTING, plane_lookup
 from dgno.io import InputError
 
-ARCHIVE = "BBBC006.tar.gz"
-SPLITS = ("train", "test")
-FOLDERS = ("GT", "blur")
-PLANES = bbbc006.TRAIN_PLANES  # (2, 6, 10): most to least blurred, the order of a sorted triple under rule "position"
-PER_GT = len(PLANES)
-PlaneRule = Literal["auto", "name", "position", "sharpness"]
-PLANE_RULES = ("auto", "name", "position", "sharpness")
+__all__ = [
+    "ARCHIVE", "PER_GT", "PLANES", "PLANE_CHECKS", "PLANE_RULES", "SPLITS", "ArchiveIndex", "Pair", "PlaneCheck", "PlaneRule",
+    "authors_channel", "check_blur_order", "check_layout", "decide_planes", "index_archive", "pair_split", "parse_field",
+    "plane_from_name", "sharpness",
+]  # fmt: skip
+
+log = logging.getLogger(__name__)
+
+PlaneRule = Literal["auto", "name", "broad", "position", "sharpness"]
+PLANE_RULES = ("auto", "name", "broad", "position", "sharpness")
+PlaneCheck = Literal["warn", "strict"]
+PLANE_CHECKS = ("warn", "strict")
+INDEPENDENT_RULES = ("name", "broad", "position")  # rules that do not look at the images
 SHARPNESS_SIGMA = 4.0  # px, Gaussian smoothing of the sharpness measure
 SHARPNESS_MEASURE = f"variance of the Laplacian of Gaussian (sigma {SHARPNESS_SIGMA:g} px, scipy.ndimage.gaussian_laplace) of the raw intensities"
-
-# <plate>_<well>_s<site>_w<1|2><rest>: the Broad name, with anything before the plate or after the channel.
-FIELD_RE = re.compile(r"(?P<plate>[A-Za-z0-9-]+)_(?P<well>[a-p]\d{2})_s(?P<site>\d+)_(?P<channel>w[12])(?P<rest>.*)$", re.IGNORECASE)
-PLANE_AFTER_RE = re.compile(r"z_?(\d{1,2})(?!\d)", re.IGNORECASE)  # in <rest>: a UUID's hex digits hold no 'z'
-PLANE_BEFORE_RE = re.compile(r"(?:z|plane)?[_-]?(\d{1,2})", re.IGNORECASE)  # the whole prefix, separators stripped
-
-
-@dataclass(frozen=True)
-class Field:
-    """A BBBC006 field of view of one channel, as a file name names it."""
-
-    plate: str
-    well: str
-    site: int
-    channel: str
-
-    @property
-    def id(self) -> str:
-        return bbbc006.image_id(self.well, self.site)
-
-
-@dataclass
-class Pair:
-    """One GT file of the archive and its three blur files: ``triple`` in sorted order, ``blur`` by plane."""
-
-    split: str
-    id: str
-    field: Field | None
-    gt: Path
-    triple: tuple[Path, ...]
-    blur: dict[int, Path] = field(default_factory=dict)
+NOT_INDEPENDENT = "assigned by sharpness; the order check is then not independent"
 
 
 @dataclass
@@ -81,150 +74,21 @@ class ArchiveIndex:
 
     channel: str
     pairs: list[Pair]
-    plane_rule: str  # the rule used: name | position | sharpness
+    plane_rule: str  # the rule that decided every file (name | broad | position | sharpness), or "mixed"
     plane_check: dict
     names_carry_fields: bool
     ignored: int  # .tif files the authors' channel rule keeps for neither channel
+    requested_rule: str = "auto"
+    decided: dict[Path, str] = field(default_factory=dict)  # blur file -> the rule that decided its plane
+    sharp: dict[Path, float] = field(default_factory=dict)
+    hidden: dict[str, int] = field(default_factory=dict)  # {"<split>/<folder>": files skipped as never images}
+    authors_order_agrees: bool = True
+    warnings: list[str] = field(default_factory=list)
 
 
-# ------------------------------------------------------------------------------------------- names
-
-
-def authors_channel(name: str | Path) -> str:
-    """The channel the authors' scripts read from a file name: first two characters of its last ``_`` part."""
-    return Path(name).name.split("_")[-1][:2]
-
-
-def parse_field(name: str | Path) -> Field | None:
-    """The field of view a file name names, or None for a name that does not name one."""
-    m = FIELD_RE.search(Path(name).stem)
-    if m is None:
-        return None
-    return Field(m.group("plate").lower(), m.group("well").lower(), int(m.group("site")), m.group("channel").lower())
-
-
-def plane_from_name(name: str | Path) -> int | None:
-    """The z-plane a blur file name carries (``..._w1<UUID>-z02.tif``, ``z02_mcf-...``, ``02_mcf-...``), else None."""
-    stem = Path(name).stem
-    m = FIELD_RE.search(stem)
-    if m is None:
-        return None
-    after = PLANE_AFTER_RE.search(m.group("rest"))
-    if after is not None:
-        return int(after.group(1))
-    before = PLANE_BEFORE_RE.fullmatch(stem[: m.start()].strip("_- "))
-    return int(before.group(1)) if before is not None else None
-
-
-def _safe_id(stem: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", stem)
-
-
-def _show(paths: Iterable[Path], limit: int = 4) -> str:
-    paths = [p.name for p in paths]
-    return ", ".join(paths[:limit]) + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
-
-
-def _tifs(folder: Path) -> list[Path]:
-    """The .tif files under `folder`, sorted as the authors' script sorts them (``sorted(rglob('*.tif'))``)."""
-    return sorted(p for p in folder.rglob("*.tif") if p.is_file())
-
-
-def check_layout(root: str | Path) -> dict:
-    """Check ``root/{train,test}/{GT,blur}`` and the counts: per split and channel, three blur files per GT.
-
-    Returns ``{split: {folder: {"w1": n, "w2": n, "other": n}}}`` (channels by the authors' rule).
-    """
-    root = Path(root)
-    counts: dict = {}
-    for split in SPLITS:
-        counts[split], others = {}, []
-        for sub in FOLDERS:
-            folder = root / split / sub
-            files = _tifs(folder) if folder.is_dir() else []
-            if not files:
-                raise InputError(f"{folder}: missing or holds no .tif files. Fix: delete {root} and unpack {ARCHIVE} again, whole (dgno.data.bbbc006_authors.fetch)")
-            chans = [authors_channel(p) for p in files]
-            counts[split][sub] = {ch: chans.count(ch) for ch in bbbc006.CHANNELS} | {"other": sum(c not in bbbc006.CHANNELS for c in chans)}
-            others += [p for p, c in zip(files, chans) if c not in bbbc006.CHANNELS]
-        for ch in bbbc006.CHANNELS:
-            n_gt, n_blur = counts[split]["GT"][ch], counts[split]["blur"][ch]
-            if n_blur != PER_GT * n_gt:
-                pair_split(root, split, ch)  # names the files, where the names carry fields
-                stray = f"; {len(others)} file(s) keep no channel by the authors' rule ({_show(others)})" if others else ""
-                raise InputError(
-                    f"{root / split}: {n_blur} {ch} blur files for {n_gt} {ch} GT files, expected {PER_GT} per GT{stray}. "
-                    f"Fix: the archive was only partly unpacked or is not the authors' one; delete {root} and unpack {ARCHIVE} again"
-                )
-    return counts
-
-
-# ----------------------------------------------------------------------------------------- pairing
-
-
-def _fields(files: list[Path], what: str) -> list[Field | None]:
-    fields = [parse_field(p) for p in files]
-    unnamed = [p for p, f in zip(files, fields) if f is None]
-    if unnamed and len(unnamed) < len(files):
-        raise InputError(
-            f"{unnamed[0].parent}: {len(unnamed)} {what} file(s) do not name a BBBC006 field (<plate>_<well>_s<site>_w<1|2>...) "
-            f"while the others do: {_show(unnamed)}. Fix: remove the stray files, or unpack {ARCHIVE} again"
-        )
-    return fields
-
-
-def _check_fields(folder: Path, channel: str, gts: list[Path], gt_fields: list[Field], blurs: list[Path], blur_fields: list[Field]) -> None:
-    """Every GT field has exactly three blur files and every blur file a GT: else stop, naming the files."""
-    by_field: dict[Field, list[Path]] = defaultdict(list)
-    for p, f in zip(blurs, blur_fields):
-        by_field[f].append(p)
-    seen: dict[Field, Path] = {}
-    for p, f in zip(gts, gt_fields):
-        if f in seen:
-            raise InputError(f"{folder}: two {channel} GT files of field {f.id}: {seen[f].name} and {p.name}. Fix: unpack {ARCHIVE} again")
-        seen[f] = p
-    orphans = [p for f, ps in by_field.items() if f not in seen for p in ps]
-    if orphans:
-        raise InputError(f"{folder / 'blur'}: {len(orphans)} {channel} blur file(s) without a GT file of their field: {_show(orphans)}. Fix: the GT is missing from {folder / 'GT'}; unpack {ARCHIVE} again")
-    wrong = {f: by_field.get(f, []) for f in seen if len(by_field.get(f, [])) != PER_GT}
-    if wrong:
-        f, ps = next(iter(sorted(wrong.items(), key=lambda kv: kv[0].id)))
-        raise InputError(
-            f"{folder}: {len(wrong)} {channel} field(s) without exactly {PER_GT} blur files; e.g. {seen[f].name} has {len(ps)}"
-            f"{': ' + _show(ps, 6) if ps else ''}. Fix: an extra or missing blur file; unpack {ARCHIVE} again"
-        )
-
-
-def pair_split(root: str | Path, split: str, channel: str) -> list[Pair]:
-    """Pair one split and channel as the authors' test script does, then verify the pairs by their names.
-
-    Sorted blur files are paired with the sorted GT files each repeated three times; every pair must
-    name the same field (plate, well, site, channel). Names that carry no field at all cannot be
-    verified: the pairs are then the authors' as they are (``Pair.field`` None, id = GT file stem).
-    """
-    folder = Path(root) / split
-    gts = [p for p in _tifs(folder / "GT") if authors_channel(p) == channel]
-    blurs = [p for p in _tifs(folder / "blur") if authors_channel(p) == channel]
-    gt_fields, blur_fields = _fields(gts, "GT"), _fields(blurs, "blur")
-    named = all(f is not None for f in gt_fields + blur_fields)
-    if named:
-        _check_fields(folder, channel, gts, gt_fields, blurs, blur_fields)
-    elif len(blurs) != PER_GT * len(gts):
-        raise InputError(f"{folder}: {len(blurs)} {channel} blur files for {len(gts)} GT files, expected {PER_GT} per GT. Fix: unpack {ARCHIVE} again")
-    pairs = []
-    for i, (gt, f) in enumerate(zip(gts, gt_fields)):
-        triple = tuple(blurs[PER_GT * i : PER_GT * (i + 1)])
-        for b in triple:
-            if named and parse_field(b) != f:  # cannot happen after _check_fields unless the sort orders differ
-                raise InputError(
-                    f"{folder}: the authors' sorted pairing puts {b.name} with {gt.name}, another field. Fix: none here: the "
-                    "archive's GT and blur names sort differently, so the authors' own pairing is wrong; report it to them"
-                )
-        pairs.append(Pair(split, f.id, f, gt, triple) if named else Pair(split, _safe_id(gt.stem), None, gt, triple))
-    return pairs
-
-
-# ---------------------------------------------------------------------------------- planes & check
+def option(name: str, value: str, config_key: str | None) -> str:
+    """How a fix names a setting: the config key (``datasets.bbbc006_w1.plane_rule: sharpness``) or the keyword argument."""
+    return f"{config_key}.{name}: {value}" if config_key else f"{name}={value!r}"
 
 
 def sharpness(image: np.ndarray, sigma: float = SHARPNESS_SIGMA) -> float:
@@ -240,86 +104,210 @@ def sharpness(image: np.ndarray, sigma: float = SHARPNESS_SIGMA) -> float:
     return float(ndimage.gaussian_laplace(np.asarray(image, dtype=np.float64), sigma).var())
 
 
-def _resolve_rule(pairs: list[Pair], rule: str) -> str:
+# ----------------------------------------------------------------------------------- which plane
+
+
+def _known(path: Path, blur_dir: Path, rule: str, lookup: dict[str, int]) -> tuple[int, str] | None:
+    """(plane, rule) a file's own name or the Broad listing gives it under `rule`, or None."""
+    if rule in ("auto", "name"):
+        plane = plane_from_path(path, blur_dir)
+        if plane is not None:
+            return plane, "name"
+    if rule in ("auto", "broad"):
+        plane = lookup.get(path.stem.lower())
+        if plane is not None:
+            return plane, "broad"
+    return None
+
+
+def _refuse_unknown(rule: str, unknown: list[Path], listing_status: str, config_key: str | None) -> None:
+    if rule == "name":
+        raise InputError(f"{unknown[0].parent}: plane_rule 'name' but {len(unknown)} blur file name(s) carry no plane ({show(unknown)}). Fix: set {option('plane_rule', 'auto', config_key)}")
+    raise InputError(
+        f"{unknown[0].parent}: plane_rule 'broad' but {len(unknown)} blur file(s) are not named in the Broad listing of z02/z06/z10 "
+        f"(listing: {listing_status}; e.g. {show(unknown)}). Fix: set {option('plane_rule', 'auto', config_key)} (undecided files by sharpness), "
+        f"or, if the listing is unavailable, delete the cached listing (<downloads.raw_dir>/bbbc006/{LISTING}) and rerun with the network"
+    )
+
+
+def decide_planes(
+    pairs: list[Pair], rule: str, sharp: dict[Path, float], *, root: Path, lookup: dict[str, int], listing_status: str = "not requested", config_key: str | None = None,
+) -> dict[Path, str]:
+    """Fill ``Pair.blur`` {plane: file} and return {blur file: the rule that decided it} (module docstring).
+
+    `root`: the unpacked ``BBBC006`` folder (a plane token may be a folder below ``<split>/blur``);
+    `lookup`: {lower-case file stem: plane} of the Broad listing (:func:`dgno.data.bbbc006_listing.plane_lookup`).
+    """
     if rule not in PLANE_RULES:
         raise ValueError(f"plane_rule={rule!r}; allowed: {', '.join(map(repr, PLANE_RULES))}")
-    named = [plane_from_name(p) is not None for pair in pairs for p in pair.triple]
-    if rule == "auto":
-        if any(named) and not all(named):
-            without = [p for pair in pairs for p in pair.triple if plane_from_name(p) is None]
-            raise InputError(f"{without[0].parent}: some blur names carry their plane and {len(without)} do not ({_show(without)}). Fix: unpack {ARCHIVE} again, or pass plane_rule='position'")
-        return "name" if all(named) else "position"
-    if rule == "name" and not all(named):
-        raise InputError(f"plane_rule='name' but {named.count(False)} blur file names carry no plane. Fix: use plane_rule='auto'")
-    return rule
-
-
-def assign_planes(pairs: list[Pair], rule: str, sharp: dict[Path, float]) -> None:
-    """Fill ``Pair.blur`` {plane: file} by the resolved rule (name | position | sharpness)."""
+    decided: dict[Path, str] = {}
+    unknown: list[Path] = []
     for pair in pairs:
-        if rule == "name":
-            planes = [plane_from_name(p) for p in pair.triple]
-            if sorted(planes) != sorted(PLANES):
-                raise InputError(f"{pair.gt.parent.parent / 'blur'}: the blur files of {pair.id} name planes {planes}, expected {list(PLANES)}: {_show(pair.triple)}. Fix: unpack {ARCHIVE} again")
-            pair.blur = dict(sorted(zip(planes, pair.triple)))
-        elif rule == "position":
+        blur_dir = root / pair.split / "blur"
+        known = {p: k for p in pair.triple if (k := _known(p, blur_dir, rule, lookup))}
+        if rule in ("name", "broad"):
+            unknown += [p for p in pair.triple if p not in known]
+        planes = [z for z, _ in known.values()]
+        if len(set(planes)) != len(planes) or not set(planes) <= set(PLANES):
+            raise InputError(
+                f"{pair.triple[0].parent}: the blur files of field {pair.id} are given planes {sorted(planes)} "
+                f"({', '.join(f'{p.name}: z{z:02d} by {r}' for p, (z, r) in known.items())}); expected one each of {', '.join(f'z{z:02d}' for z in PLANES)}. "
+                f"Fix: set {option('plane_rule', 'sharpness', config_key)} to assign them by the images"
+            )
+        rest = [p for p in pair.triple if p not in known]
+        left = [z for z in PLANES if z not in planes]
+        if rule == "position":
             pair.blur = dict(zip(PLANES, pair.triple))
-        else:  # sharpness: the most blurred is the farthest plane from focus
-            pair.blur = dict(zip(PLANES, sorted(pair.triple, key=lambda p: sharp[p])))
+            decided |= dict.fromkeys(pair.triple, "position")
+            continue
+        # the most blurred undecided file takes the farthest plane from focus still free
+        by_sharpness = dict(zip(left, sorted(rest, key=lambda p: sharp[p])))
+        pair.blur = dict(sorted({**{z: p for p, (z, _) in known.items()}, **by_sharpness}.items()))
+        decided |= {p: r for p, (_, r) in known.items()} | dict.fromkeys(rest, "sharpness")
+    if unknown:
+        _refuse_unknown(rule, unknown, listing_status, config_key)
+    return decided
 
 
-def check_blur_order(pairs: list[Pair], sharp: dict[Path, float], *, rule: str, max_out_of_order: float) -> dict:
-    """Blur must decrease z02 → z06 → z10 for (nearly) every field; returns the manifest's record or stops.
+# ---------------------------------------------------------------------------------------- check
 
-    A field is out of order when its sharpness does not strictly increase along the planes. More than
-    `max_out_of_order` of the fields out of order stops, naming them: the plane rule is wrong.
+
+def _fix(rules: set[str], config_key: str | None) -> str:
+    if rules == {"position"}:
+        why = "the sorted names do not order the planes"
+    elif "broad" in rules:
+        why = "the Broad listing names these files' planes and the images disagree: the archive's blur files may not be the Broad planes they are named for"
+    else:
+        why = "the planes the names carry disagree with the images: the archive may be mislabelled"
+    return (
+        f"{why}; set {option('plane_rule', 'sharpness', config_key)} to assign the planes by the images (recorded as not independent), "
+        f"or {option('plane_check', 'warn', config_key)} to go on with a warning (the pooled z02+z06+z10 numbers do not depend on the planes)"
+    )
+
+
+def check_blur_order(pairs: list[Pair], sharp: dict[Path, float], *, decided: dict[Path, str], max_out_of_order: float, plane_check: str = "warn", config_key: str | None = None) -> dict:
+    """Blur must decrease z02 → z06 → z10 in (nearly) every field whose planes the images did not decide; returns the record.
+
+    A field is out of order when its sharpness does not strictly increase along the planes. Only
+    fields with no file assigned by sharpness count (the others are in order by construction). More
+    than `max_out_of_order` of them out of order is a warning in the record, or a stop with `plane_check`
+    ``strict``.
     """
-    bad = [p for p in pairs if not all(sharp[p.blur[a]] < sharp[p.blur[b]] for a, b in zip(PLANES, PLANES[1:]))]
-    share = len(bad) / len(pairs) if pairs else 0.0
+    if plane_check not in PLANE_CHECKS:
+        raise ValueError(f"plane_check={plane_check!r}; allowed: {', '.join(map(repr, PLANE_CHECKS))}")
+    checked = [p for p in pairs if all(decided[f] in INDEPENDENT_RULES for f in p.triple)]
+    bad = [p for p in checked if not all(sharp[p.blur[a]] < sharp[p.blur[b]] for a, b in zip(PLANES, PLANES[1:]))]
+    share = len(bad) / len(checked) if checked else None
+    failed = share is not None and share > max_out_of_order
     record = {
         "measure": SHARPNESS_MEASURE,
         "expected": " < ".join(f"sharpness(z{z:02d})" for z in PLANES),
         "fields": len(pairs),
-        "in_order": len(pairs) - len(bad),
+        "independent_fields": len(checked),
+        "in_order": len(checked) - len(bad),
         "out_of_order": sorted(f"{p.split}/{p.id}" for p in bad),
+        "share_out_of_order": share,
         "max_out_of_order": max_out_of_order,
         "median_sharpness": {f"z{z:02d}": float(np.median([sharp[p.blur[z]] for p in pairs])) for z in PLANES} if pairs else {},
-        "independent": rule != "sharpness",
-        "passed": share <= max_out_of_order,
+        "independent": len(checked) == len(pairs) and bool(pairs),
+        "passed": None if share is None else not failed,
+        "status": "not independent" if share is None else "failed" if failed else "passed",
+        "plane_check": plane_check,
+        "note": NOT_INDEPENDENT if len(checked) < len(pairs) else "every plane decided without the images: the check is independent",
     }
-    if share > max_out_of_order:
+    if failed:
+        rules = {decided[f] for p in bad for f in p.triple}
         shown = "; ".join(f"{p.split}/{p.id}: " + ", ".join(f"z{z:02d}={p.blur[z].name} ({sharp[p.blur[z]]:.3g})" for z in PLANES) for p in bad[:3])
-        fix = {
-            "position": "the sorted names do not order the planes; pass plane_rule='sharpness' to assign them by sharpness (recorded in the manifest)",
-            "name": "the planes the names carry disagree with the images; the archive is mislabelled, report it and use plane_rule='sharpness'",
-        }.get(rule, "raise max_out_of_order only after looking at the fields named")
-        raise InputError(
-            f"{len(bad)} of {len(pairs)} fields ({share:.0%}, more than the {max_out_of_order:.0%} allowed) are out of blur order "
-            f"under plane rule {rule!r} (expected {record['expected']}, sharpness = {SHARPNESS_MEASURE}): {shown}"
-            f"{' and more' if len(bad) > 3 else ''}. Fix: {fix}"
+        text = (
+            f"{len(bad)} of {len(checked)} fields ({share:.0%}, more than the {max_out_of_order:.0%} allowed) are out of blur order under plane "
+            f"rule {'/'.join(sorted(rules))!r} (expected {record['expected']}, sharpness = {SHARPNESS_MEASURE}): {shown}{' and more' if len(bad) > 3 else ''}"
         )
+        if plane_check == "strict":
+            raise InputError(f"{text}. Fix: {_fix(rules, config_key)}")
+        record["warning"] = f"{text}. Per-plane numbers of these files may be of another plane; the pooled z02+z06+z10 numbers are not affected"
+        log.warning("%s", record["warning"])
     return record
 
 
-def index_archive(root: str | Path, channel: bbbc006.Channel, *, plane_rule: PlaneRule = "auto", max_out_of_order: float = 0.05, progress: bool = True) -> ArchiveIndex:
-    """Pair, verify and assign planes to one channel of the unpacked archive at `root` (both splits)."""
+def _summary_rule(decided: dict[Path, str]) -> str:
+    rules = set(decided.values())
+    return rules.pop() if len(rules) == 1 else "mixed"
+
+
+def index_archive(
+    root: str | Path, channel: bbbc006.Channel, *, plane_rule: PlaneRule = "auto", max_out_of_order: float = 0.05, plane_check: PlaneCheck = "warn",
+    broad_listing: dict | None = None, config_key: str | None = None, progress: bool = True,
+) -> ArchiveIndex:
+    """Pair, verify and assign planes to one channel of the unpacked archive at `root` (both splits).
+
+    `broad_listing`: the Broad planes' names (:func:`dgno.data.bbbc006_listing.broad_listing`) for rules
+    ``auto`` and ``broad``; `config_key` (``datasets.bbbc006_w1``) makes the fixes name config keys.
+    """
     if channel not in bbbc006.CHANNELS:
         raise ValueError(f"channel={channel!r}; allowed: {', '.join(map(repr, bbbc006.CHANNELS))}")
     if not 0.0 <= max_out_of_order < 1.0:
         raise ValueError(f"max_out_of_order={max_out_of_order!r}: expected a fraction in [0, 1)")
     root = Path(root)
     counts = check_layout(root)
-    pairs = [pair for split in SPLITS for pair in pair_split(root, split, channel)]
+    found = {split: pair_split(root, split, channel) for split in SPLITS}
+    pairs = [pair for split in SPLITS for pair in found[split].pairs]
     sides = defaultdict(set)
     for pair in pairs:
         sides[pair.id].add(pair.split)
     both = sorted(i for i, s in sides.items() if len(s) > 1)
     if both:
-        raise InputError(f"{root}: {len(both)} {channel} field(s) in both train and test ({', '.join(both[:5])}). Fix: unpack {ARCHIVE} again; a split must not share fields")
-    rule = _resolve_rule(pairs, plane_rule)
+        raise InputError(f"{root}: {len(both)} {channel} field(s) in both train and test ({', '.join(both[:5])}). Fix: a split must not share fields; unpack {ARCHIVE} again")
     files = [p for pair in pairs for p in pair.triple]
     sharp = {p: sharpness(bbbc006.read_uint16(p)) for p in tqdm(files, desc=f"blur order {channel}", disable=not progress)}
-    assign_planes(pairs, rule, sharp)
-    check = check_blur_order(pairs, sharp, rule=rule, max_out_of_order=max_out_of_order)
-    ignored = sum(counts[s][f]["other"] for s in SPLITS for f in FOLDERS)
-    return ArchiveIndex(channel, pairs, rule, check, all(p.field is not None for p in pairs), ignored)
+    status = (broad_listing or {}).get("status", "not requested")
+    decided = decide_planes(pairs, plane_rule, sharp, root=root, lookup=plane_lookup(broad_listing), listing_status=status, config_key=config_key)
+    check = check_blur_order(pairs, sharp, decided=decided, max_out_of_order=max_out_of_order, plane_check=plane_check, config_key=config_key)
+    agrees = all(found[s].authors_order_agrees for s in SPLITS)
+    warnings = [check["warning"]] if "warning" in check else []
+    if not agrees:
+        warnings.append(f"the authors' sorted pairing (sorted blur files beside each sorted GT file three times) puts some {channel} blur files with another field's GT; here they are paired by field")
+    return ArchiveIndex(
+        channel, pairs, _summary_rule(decided), check, all(p.field is not None for p in pairs), sum(counts[s][f]["other"] for s in SPLITS for f in FOLDERS),
+        requested_rule=plane_rule, decided=decided, sharp=sharp, hidden={f"{s}/{f}": counts[s][f]["hidden"] for s in SPLITS for f in FOLDERS},
+        authors_order_agrees=agrees, warnings=warnings,
+    )
+
+
+def decided_counts(index: ArchiveIndex) -> dict[str, int]:
+    """{rule: blur files it decided}, in the order of the module docstring."""
+    counts = Counter(index.decided.values())
+    return {r: counts[r] for r in (*INDEPENDENT_RULES, "sharpness") if counts[r]}
+
+
+RULE_TEXT = {
+    "name": "from the blur file name (a z<NN> token after the channel, a <NN>_ prefix, or a z<NN>/ folder)",
+    "broad": "from the Broad archive (BBBC006_v1_images_z_02/06/10.zip) that lists a file of exactly that name",
+    "position": f"from the position in the sorted triple of a field's blur files: first z{PLANES[0]:02d}, then z{PLANES[1]:02d}, z{PLANES[2]:02d}",
+    "sharpness": f"by sharpness within each field's triple: most blurred = farthest from focus ({NOT_INDEPENDENT})",
+    "mixed": "file by file: from the name where it carries the plane, else from the Broad listing, else by sharpness (see decided_by)",
+}
+
+
+def _listing_summary(listing: dict | None) -> dict | None:
+    """The Broad listing as the manifest records it: per plane its status, where the names came from and the cost, not the names."""
+    if listing is None:
+        return None
+    planes = {lvl: {k: v for k, v in p.items() if k != "names"} | ({"names": len(p["names"])} if "names" in p else {}) for lvl, p in listing["planes"].items()}
+    return {"status": listing["status"], "base_url": listing.get("base_url"), "planes": planes}
+
+
+def planes_record(index: ArchiveIndex, listing: dict | None) -> dict:
+    """The manifest's ``planes``: the rule asked for and the rules that decided, every file's plane and rule, the check, the listing."""
+    files = {
+        f"{p.split}/{p.id}": {f"z{z:02d}": {"file": path.name, "rule": index.decided[path], "sharpness": index.sharp[path]} for z, path in p.blur.items()}
+        for p in index.pairs
+    }
+    return {
+        "requested": index.requested_rule,
+        "rule": index.plane_rule,
+        "description": RULE_TEXT[index.plane_rule],
+        "decided_by": decided_counts(index),
+        "check": index.plane_check,
+        "broad_listing": _listing_summary(listing),
+        "files": files,
+    }

@@ -17,7 +17,7 @@ from dgno.data.bbbc006_authors import check_authors
 from dgno.data.download import part_path
 from dgno.data.paired import read_split
 from dgno.data.paired_sets import Report
-from dgno.io import InputError, read_json
+from dgno.io import InputError, read_json, visible_files
 
 NAMES = ("bbbc006", "bbbc006-authors", "3dhistech", "dpdd", "realdof", "demo")
 # Where the data go when no --root is given (relative to the repository root, where Snakemake runs):
@@ -71,7 +71,7 @@ def _plane_role(z: int) -> str:
 
 def _count_channels(folder: Path) -> dict[str, int]:
     counts = dict.fromkeys(bbbc006.CHANNELS, 0)
-    for path in folder.rglob("*"):
+    for path in visible_files(folder, (".tif", ".tiff"), recursive=True)[0]:
         m = bbbc006.IMAGE_NAME_RE.match(path.name)
         if m is not None:
             counts[m.group(3).lower()] += 1
@@ -146,7 +146,7 @@ def check_bbbc006(
             report.missing.append(f"label masks (StarDist ground truth): no folder {root / 'labels'}{_archive_state(root, archive)}")
             todo.append((None, archive, url, root / "labels"))
         else:
-            n = sum(1 for p in folder.rglob("*.png") if bbbc006.LABEL_NAME_RE.match(p.name))
+            n = sum(1 for p in visible_files(folder, (".png",), recursive=True)[0] if bbbc006.LABEL_NAME_RE.match(p.name))
             report.present.append(f"label masks: {n} in {folder} (expected {n_labels})")
             if n != n_labels:
                 report.problems.append(f"{folder}: {n} label masks, expected {n_labels}; the archive was only partly unpacked")

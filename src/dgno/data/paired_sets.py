@@ -47,7 +47,7 @@ from tqdm import tqdm
 
 import dgno
 from dgno.data.download import DownloadError, fetch_zip, part_path, sha256_file, unpack_zip
-from dgno.io import IMAGE_SUFFIXES, InputError, atomic_dir, read_raw_image, write_json
+from dgno.io import IMAGE_SUFFIXES, InputError, atomic_dir, is_hidden, read_raw_image, write_json
 
 # Links published by the datasets' authors. They are third-party hosting links that can move:
 # verify them on the pages below before a long run; no checksums are published, none are assumed.
@@ -162,12 +162,13 @@ class Report:
             raise InputError(self.text())
 
 
-def images_in(folder: Path) -> dict[str, Path]:
-    """{stem: file} of the image files directly in `folder` (scandir: fast on 67 k files)."""
+def images_in(folder: Path, *, hidden: bool = False) -> dict[str, Path]:
+    """{stem: file} of the image files directly in `folder` (scandir: fast on 67 k files); hidden ones
+    (macOS '._' forks, dot-files: :func:`dgno.io.is_hidden`) only, with `hidden`, to count what was skipped."""
     out = {}
     with os.scandir(folder) as it:
         for entry in it:
-            if entry.is_file() and not entry.name.startswith(".") and Path(entry.name).suffix.lower() in IMAGE_SUFFIXES:
+            if entry.is_file() and is_hidden(entry.name) == hidden and Path(entry.name).suffix.lower() in IMAGE_SUFFIXES:
                 out[Path(entry.name).stem] = Path(entry.path)
     return out
 
@@ -311,18 +312,8 @@ def check_3dhistech(root: str | Path, *, counts: dict[str, int] | None = None, n
 
 
 def download_or_instructions(
-    name: str,
-    root: str | Path,
-    *,
-    url: str | None = None,
-    sha256: str | None = None,
-    size: int | None = None,
-    counts: dict[str, int] | None = None,
-    retries: int = 4,
-    backoff: float = 1.0,
-    timeout: float = 60,
-    progress: bool = True,
-    check_size: bool = True,
+    name: str, root: str | Path, *, url: str | None = None, sha256: str | None = None, size: int | None = None, counts: dict[str, int] | None = None,
+    retries: int = 4, backoff: float = 1.0, timeout: float = 60, progress: bool = True, check_size: bool = True,
 ) -> Report:
     """Make `name` present under `root` if possible and report on it.
 
@@ -465,7 +456,10 @@ def prepare(
             writer = csv.writer(fh, lineterminator="\n")
             writer.writerow(["id", "split"])
             writer.writerows((ident, split) for ident, split, *_ in pairs)
-        write_json(tmp / "manifest.json", _manifest(source, root, pairs, kind, sizes, check_size))
+        manifest = _manifest(source, root, pairs, kind, sizes, check_size)
+        folders = sorted({p.parent for *_, blur, sharp in pairs for p in (blur, sharp)})
+        manifest["hidden_files_skipped"] = {str(d.relative_to(root)): len(images_in(d, hidden=True)) for d in folders}
+        write_json(tmp / "manifest.json", manifest)
     return out_dir
 
 

@@ -182,7 +182,7 @@ def score_dataset(
         "psnr_y8": float(frame["psnr_y8"].mean()) if "psnr_y8" in frame else None,
         "lpips": float(frame["lpips"].mean()) if with_lpips else None,
         "lpips_source": lpips_source if with_lpips else "not computed (evaluate.lpips: false)",
-        "provenance": provenance.collect(),
+        "provenance": provenance.collect(device),  # the device that restored the images, for the time labels
         "runtime": runtime,
         **(extra or {}),
     }

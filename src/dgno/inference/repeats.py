@@ -53,7 +53,7 @@ def evaluate_repeats(
     for r in range(1, repeats + 1):
         hook, routed = routing_hook(model, "gumbel", seed=seed, repeat=r)
         extra = {"checkpoint": str(checkpoint), "weights": blob.get("weights", "ema"), "tile": tile, "overlap": overlap, "blend": blend, **routed}
-        runs.append(score_dataset(restore, data_dir, level, out_dir / f"r{r}", method=name, with_lpips=with_lpips, save_restored=False, progress=progress, extra=extra, min_size=min_size, before_image=hook))
+        runs.append(score_dataset(restore, data_dir, level, out_dir / f"r{r}", method=name, with_lpips=with_lpips, save_restored=False, progress=progress, extra=extra, min_size=min_size, before_image=hook, device=dev))
     summary = {
         "method": name,
         "level": level,
@@ -62,7 +62,7 @@ def evaluate_repeats(
         "repeats": repeats,
         "gumbel_seed": seed,
         "per_repeat": [{"repeat": r, "n_images": s["n_images"], **{m: s.get(m) for m in METRICS}} for r, s in enumerate(runs, 1)],
-        "provenance": provenance.collect(),
+        "provenance": provenance.collect(dev),
     }
     for m in METRICS:
         values = [s[m] for s in runs if s.get(m) is not None]

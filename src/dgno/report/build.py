@@ -85,7 +85,7 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
         }
         for key, title in CATALOGUE
     ]
-    context = header_context(config, rows_of(""), stardist_source)
+    context = header_context(config, rows_of(""), stardist_source, results=results)
     context.update(sections=sections, catalogue=catalogue, compute=benchmark_times(results / "benchmarks").to_dict("records"))
     render(context, out_html)
 
@@ -94,7 +94,7 @@ def build_authors_report(config: dict[str, Any], results_root: str | Path, out_h
     """The report of target ``authors``: the protocol and the reproduction from the released weights, standing alone."""
     results = Path(results_root)
     summaries = collect_summaries(summary_files(results))
-    context = header_context(config, summaries)
+    context = header_context(config, summaries, results=results)
     catalogue = [{"title": "Reproduction from the released weights", "section": "reproduction", "status": None, "reason": ""}]
     context.update(sections=[protocol_section(config), reproduction_section(config, results)], catalogue=catalogue, compute=benchmark_times(results / "benchmarks").to_dict("records"))
     render(context, out_html)

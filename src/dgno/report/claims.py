@@ -35,6 +35,7 @@ CLAIMS_CONFIG_COMMAND = (
     "(about 12 GPU-hours: dgno estimate --configfile config/claims.yaml results/tables/claims.csv)"
 )
 PAPER_COMMAND = "snakemake --profile slurm all (config/paper.yaml)"
+PAPER_ITERATIONS = 60000  # the authors' BBBC006 recipe (their option files' total_iter; config/paper.yaml train.iterations)
 
 # --------------------------------------------------------------------------------------------- the list
 
@@ -76,16 +77,30 @@ def validate_claims(claims: list[dict]) -> None:
 
 
 def measurement_scale(config: dict) -> str:
-    """'paper', 'claims config', or the config's model scale ('demo', 'smoke'), named after the config."""
-    name, scale = config.get("name", ""), config.get("scale", "demo")
-    if name == "paper":
+    """The scale a verdict is measured at: the models' size (config key ``scale``) and how long they train, never the config's name.
+
+    'paper' only for paper-size models trained for at least the paper's iterations (:data:`PAPER_ITERATIONS`);
+    paper-size models trained for fewer say so with their iterations; otherwise the registry scale ('demo', 'smoke').
+    """
+    scale = config.get("scale", "demo")
+    if scale != "paper":
+        return scale
+    default = config.get("train", {}).get("iterations", PAPER_ITERATIONS)
+    trained = {int(ds.get("train", {}).get("iterations", default)) for ds in config.get("datasets", {}).values() if ds.get("n_train", 1) != 0}
+    fewest = min(trained, default=default)
+    if fewest >= PAPER_ITERATIONS:
         return "paper"
-    if name == "claims":
-        return "claims config"
-    return scale if name == scale else f"{scale} (config {name!r})"
+    span = f"{fewest:,}" if fewest == max(trained, default=fewest) else f"{fewest:,}–{max(trained):,}"
+    return f"paper-size models, {span} training iterations (the paper's: {PAPER_ITERATIONS:,})"
 
 
 # ----------------------------------------------------------------------------------------- verdicts
+
+
+def _command_for(experiment: str | None, config: dict) -> str:
+    """The claims config runs its experiments at paper scale: point there, unless this config already runs that experiment at paper scale."""
+    here = config.get("scale") == "paper" and experiment in config.get("experiments", {})
+    return CLAIMS_CONFIG_COMMAND if experiment in CLAIMS_CONFIG_EXPERIMENTS and not here else PAPER_COMMAND
 
 
 def evaluate_claim(claim: dict, config: dict, layout: Layout, opts: Options) -> dict[str, Any]:
@@ -107,7 +122,7 @@ def evaluate_claim(claim: dict, config: dict, layout: Layout, opts: Options) -> 
     except NotConfigured as exc:
         row.update(
             reason=f"not measured by configuration {config.get('name', '')!r}: {exc}",
-            command=CLAIMS_CONFIG_COMMAND if m.get("experiment") in CLAIMS_CONFIG_EXPERIMENTS and config.get("name") != "claims" else PAPER_COMMAND,
+            command=_command_for(m.get("experiment"), config),
         )
         return row
     except NotRun as exc:

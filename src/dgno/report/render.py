@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -250,17 +251,53 @@ def render(context: dict[str, Any], out_html: str | Path) -> None:
         tmp.write_text(page, encoding="utf-8")
 
 
-def header_context(config: dict[str, Any], summaries: pd.DataFrame, stardist_source: str | None = None) -> dict[str, Any]:
-    """What this report is: config, data sources, device, versions, commit, metric weight sources."""
+def evaluated_scales(results: str | Path | None) -> set[str]:
+    """The model scales (registry presets) that the evaluations under `results` record: what was actually run."""
+    if results is None:
+        return set()
+    scales = set()
+    for path in Path(results).glob("eval/**/summary.json"):
+        if "gumbel" in path.parts:
+            continue
+        try:
+            spec = json.loads(path.read_text()).get("model_spec") or {}
+        except (OSError, ValueError):
+            continue
+        if spec.get("scale"):
+            scales.add(str(spec["scale"]))
+    return scales
+
+
+def scale_banner(config: dict[str, Any], results: str | Path | None = None) -> dict[str, str] | None:
+    """The warning above a report whose models are not the paper's size, or None: from the config's ``scale``
+    and the scales its evaluated models record, never from the config's name (a renamed paper config is paper scale)."""
+    configured = config.get("scale", "demo")
+    run = evaluated_scales(results)
+    scales = sorted({configured} | run)
+    if scales == ["paper"]:
+        return None
+    data = "procedurally generated" if all(ds["source"].startswith("demo_") for ds in config["datasets"].values()) else "reduced"
+    smaller = [s for s in scales if s != "paper"]
+    recorded = f" (config key scale: {configured}; the evaluated models record {', '.join(sorted(run))})" if run else f" (config key scale: {configured})"
+    return {
+        "title": f"{' and '.join(s.capitalize() for s in smaller)} scale.",
+        "text": f"These numbers come from smaller models than the paper's, at the registry's {' and '.join(smaller)} scale{recorded}, trained briefly on "
+        f"{data} data. They are not comparable with the paper's values, which are shown beside them only to make the comparison "
+        "structure visible. Run snakemake --profile slurm all for the paper-scale experiments.",
+    }
+
+
+def header_context(config: dict[str, Any], summaries: pd.DataFrame, stardist_source: str | None = None, *, results: str | Path | None = None) -> dict[str, Any]:
+    """What this report is: config, data sources, device, versions, commit, metric weight sources, and the
+    scale warning (:func:`scale_banner`; `results` is where the evaluations record their models' scale)."""
     prov = provenance.collect()
     sources = {name: ds["source"] for name, ds in config["datasets"].items()}
     lpips_sources = sorted({str(s) for s in summaries.get("lpips_source", pd.Series(dtype=str)).dropna()})
     return {
         "config_name": config["name"],
         "config_description": config.get("description", ""),
-        "is_demo": config["name"] != "paper",
+        "scale_banner": scale_banner(config, results),
         "data_sources": sources,
-        "synthetic": all(s.startswith("demo_") for s in sources.values()),
         "provenance": prov,
         "lpips_sources": lpips_sources or ["not computed"],
         "stardist_source": stardist_source or "not run in this configuration",

@@ -9,13 +9,17 @@ value beside it, and gives a verdict against the configured tolerance. Paper num
 so a reader sees how much of a gap is the authors' inference noise.
 
 :func:`write_table` (rule ``reproduction_table``) writes ``results/tables/reproduction.csv`` and a
-JSON beside it (GPU time from the jobs' benchmark files, test sets); :func:`reproduction_section`
-renders both. Torch-free: it runs in the report environment.
+JSON beside it (the jobs' time from their benchmark files, labelled by the device their results
+record: "GPU time (NVIDIA ...)" or "CPU time"); :func:`reproduction_section` renders both, with how
+the data were read from each dataset's manifest (pairing, hidden files skipped, plane rule and the
+files each rule decided, the blur-order check, the Broad listing and mapping). A per-plane number of a
+dataset whose planes are unverified is marked. Torch-free: it runs in the report environment.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +35,9 @@ DIGITS = {"psnr": 2, "ssim": 3, "lpips": 3, "ap50": 4, "ap70": 4, "ap90": 4, "ma
 STARDIST_CONDITIONS = {"blur": "blurred", "sharp": "sharp"}  # paper row → condition of the StarDist CSV
 COLUMNS = [
     "table", "row", "method", "dataset", "levels", "metric", "paper", "measured", "delta", "tolerance",
-    "gumbel_mean", "gumbel_sd", "gumbel_n", "n_images", "test_set", "verdict",
+    "gumbel_mean", "gumbel_sd", "gumbel_n", "n_images", "test_set", "verdict", "caveat",
 ]  # fmt: skip
+ARCHIVE_LEVELS = ("z02", "z06", "z10")  # the planes of the authors' archive, whose files' planes the preparation decides
 
 
 # --------------------------------------------------------------------------------- which numbers
@@ -42,9 +47,9 @@ def _cell(table: str, row: str, method: str, dataset: str, levels: list[str], me
     return {"table": table, "row": row, "method": method, "dataset": dataset, "levels": levels, "metric": metric, "paper": paper}
 
 
-def _ablation_cells(key: str, method: str, ds: str, levels: list[str], network: dict) -> list[dict]:
+def _ablation_cells(tables: dict, key: str, method: str, ds: str, levels: list[str], network: dict) -> list[dict]:
     """Cells of the w1 ablation tables whose settings are the released network's (the same measurement as Table 1)."""
-    tables, variant, out = load_paper_values(), f"dgno_{network.get('variant', 'cell')}", []
+    variant, out = f"dgno_{network.get('variant', 'cell')}", []
     flux = tables["flux_boundary"]["rows"].get(network.get("flux_mode"), {}).get(variant, {}).get(network.get("boundary_type"))
     if flux is not None:
         out.append(_cell("flux_boundary", f"{network['flux_mode']} / {network['boundary_type']}", method, ds, levels, "psnr", flux))
@@ -73,7 +78,7 @@ def paper_cells(settings: dict) -> list[dict]:
             if col == "bbbc006_w1":
                 ops = tables["operators"]["rows"].get(key, {})
                 cells += [_cell("operators", key, m, ds, info["table_levels"], metric, ops[metric]) for metric in ("psnr", "ssim", "lpips") if metric in ops]
-                cells += _ablation_cells(key, m, ds, info["table_levels"], settings["networks"][m][ds])
+                cells += _ablation_cells(tables, key, m, ds, info["table_levels"], settings["networks"][m][ds])
             defocus = tables.get(f"defocus_{col.removeprefix('bbbc006_')}", {}) if col.startswith("bbbc006_") else {}
             for lvl, values in defocus.get("rows", {}).get(key, {}).items():
                 if isinstance(values, dict) and lvl in info["test_levels"]:
@@ -152,6 +157,23 @@ def test_set_note(manifest: dict | None, levels: list[str]) -> str:
     return "the dataset's published test split"
 
 
+def plane_caveat(manifest: dict | None, levels: list[str]) -> str:
+    """Why a per-plane number (one archive plane, not the pooled z02+z06+z10) may be of another plane, or ''."""
+    planes = (manifest or {}).get("planes", {})
+    check = planes.get("check", {})
+    if len(levels) != 1 or levels[0] not in ARCHIVE_LEVELS or not check:
+        return ""
+    if check.get("status") == "failed":
+        share = check.get("share_out_of_order") or 0.0
+        return (
+            f"per-plane value: the blur-order check failed ({len(check.get('out_of_order', []))} of {check.get('independent_fields')} fields, {share:.0%}, "
+            f"out of order under plane rule {planes.get('rule')!r}); some files of {levels[0]} may be of another plane"
+        )
+    if check.get("status") == "not independent" or planes.get("decided_by", {}).get("sharpness"):
+        return f"per-plane value: the {levels[0]} files of some or all fields were assigned by sharpness; the order check is then not independent"
+    return ""
+
+
 def build_table(settings: dict, results: str | Path) -> pd.DataFrame:
     """One row per paper number the reproduction covers (:data:`COLUMNS`)."""
     results = Path(results)
@@ -177,41 +199,88 @@ def build_table(settings: dict, results: str | Path) -> pd.DataFrame:
             "n_images": got.get("n_images", 0),
             "test_set": note,
             "verdict": verdict(measured, cell["paper"], tol, cell["metric"]) if info["placed"] else "not run",
+            "caveat": plane_caveat(manifests.get(cell["dataset"]), cell["levels"]),
         })  # fmt: skip
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def gpu_time(settings: dict, root: str | Path = ".") -> dict:
-    """Wall-clock seconds of the target's GPU jobs (evaluations, Gumbel repeats) and of StarDist, from their benchmark files."""
-    out = {"gpu_seconds": 0.0, "gpu_jobs": 0, "stardist_seconds": 0.0, "missing": []}
+def _result_of(rel: str, root: Path) -> Path | None:
+    """The summary a benchmarked job wrote (it records the device): evaluate and evaluate_gumbel jobs only."""
+    m = re.fullmatch(r"results/benchmarks/(evaluate|evaluate_gumbel)/(.+)\.tsv", rel)
+    if m is None:
+        return None
+    base = root / "results" / "eval" / m.group(2)
+    return base / "summary.json" if m.group(1) == "evaluate" else base / "gumbel" / "summary.json"
+
+
+def job_device(summary: Path | None) -> str:
+    """'cuda: <GPU model>', 'cuda', 'cpu' or 'unknown': the device a job's results record."""
+    if summary is None or not summary.exists():
+        return "unknown"
+    s = read_json(summary)
+    recorded = str(s.get("provenance", {}).get("device", ""))
+    runtime = str(s.get("runtime", {}).get("device", "")) or next(
+        (str(read_json(r).get("runtime", {}).get("device", "")) for r in sorted(summary.parent.glob("r*/summary.json"))), ""
+    )
+    if recorded.startswith("cuda"):
+        return recorded
+    if runtime.startswith("cuda"):
+        return "cuda"  # an older summary: the GPU's model was not recorded
+    return "cpu" if recorded.startswith("cpu") or runtime.startswith("cpu") else "unknown"
+
+
+def job_time(settings: dict, root: str | Path = ".") -> dict:
+    """Wall-clock seconds of the target's evaluation jobs (argmax and Gumbel repeats), by the device they ran on, and of StarDist."""
+    out: dict[str, Any] = {"seconds": 0.0, "jobs": 0, "devices": {}, "stardist_seconds": 0.0, "missing": []}
+    root = Path(root)
     for rel in settings["benchmarks"]:
-        path = Path(root) / rel
+        path = root / rel
         if not path.exists():
             out["missing"].append(rel)
             continue
         seconds = float(pd.read_csv(path, sep="\t")["s"].mean())
         if "/stardist_authors/" in rel:
             out["stardist_seconds"] += seconds
-        else:
-            out["gpu_seconds"] += seconds
-            out["gpu_jobs"] += 1
+            continue
+        out["seconds"] += seconds
+        out["jobs"] += 1
+        device = job_device(_result_of(rel, root))
+        out["devices"][device] = out["devices"].get(device, 0) + 1
     return out
 
 
+def _device_name(device: str) -> str:
+    if device.startswith("cuda"):
+        return device.removeprefix("cuda").lstrip(": ") or "GPU model not recorded"
+    return "the CPU" if device == "cpu" else "an unrecorded device"
+
+
+def time_label(devices: dict[str, int]) -> str:
+    """'GPU time (NVIDIA H100 ...)', 'CPU time', or what the jobs ran on when they differ: from the devices the results record."""
+    kinds = {"gpu" if d.startswith("cuda") else d for d in devices}
+    if kinds == {"gpu"}:
+        return f"GPU time ({', '.join(sorted(_device_name(d) for d in devices))})"
+    if kinds == {"cpu"}:
+        return "CPU time"
+    if kinds <= {"unknown"}:
+        return "Time (device not recorded)"
+    return "Time (" + "; ".join(f"{n} job(s) on {_device_name(d)}" for d, n in sorted(devices.items())) + ")"
+
+
 def write_table(settings: dict, results: str | Path, out_csv: str | Path) -> pd.DataFrame:
-    """Rule ``reproduction_table``: the CSV, and beside it a JSON with the GPU time and the settings."""
+    """Rule ``reproduction_table``: the CSV, and beside it a JSON with the jobs' time (and devices) and the settings."""
     frame = build_table(settings, results)
     write_csv(out_csv, frame)
     results_root = Path(results).resolve().parent
-    write_json(Path(out_csv).with_suffix(".json"), {"settings": settings, "time": gpu_time(settings, results_root)})
+    write_json(Path(out_csv).with_suffix(".json"), {"settings": settings, "time": job_time(settings, results_root)})
     return frame
 
 
 # ---------------------------------------------------------------------------------------- section
 
 
-def _table_label(table: str) -> str:
-    source = load_paper_values().get(table, {}).get("source", table)
+def _table_label(tables: dict, table: str) -> str:
+    source = tables.get(table, {}).get("source", table)
     return source.split(" (")[0]
 
 
@@ -229,15 +298,69 @@ def _gumbel(row: pd.Series, digits: int) -> str:
 def _time_note(meta: dict) -> str:
     t = meta.get("time", {})
     if not t:
-        return "GPU time: not recorded."
+        return "Time of this target: not recorded."
+    label = time_label(t.get("devices", {}))
     text = (
-        f"GPU time of this target: {t['gpu_seconds'] / 60:.1f} min over {t['gpu_jobs']} GPU job(s) (evaluations and Gumbel repeats; "
-        f"the sum of the wall-clock seconds in their Snakemake benchmark files, results/benchmarks/evaluate*/); "
-        f"StarDist (CPU): {t['stardist_seconds'] / 60:.1f} min. Downloads, imports and data preparation are not counted."
+        f"{label} of this target: {t['seconds'] / 60:.1f} min over {t['jobs']} job(s) (evaluations and Gumbel repeats; the sum of the "
+        f"wall-clock seconds in their Snakemake benchmark files, results/benchmarks/evaluate*/; the device from each job's summary.json); "
+        f"StarDist (its environment holds TensorFlow's CPU build): {t['stardist_seconds'] / 60:.1f} min. Downloads, imports and data preparation are not counted."
     )
     if t.get("missing"):
         text += f" {len(t['missing'])} benchmark file(s) missing (jobs run outside this workflow), e.g. {t['missing'][0]}."
     return text
+
+
+def _pairing_text(p: dict) -> str:
+    files = p.get("files", {})
+    hidden = p.get("hidden_files_skipped", {}) or {}
+    n_hidden = sum(hidden.values())
+    text = f"{p.get('fields', '?')} fields, {files.get('GT', '?')} GT + {files.get('blur', '?')} blur files; {p.get('verified', '')}"
+    text += f"; {n_hidden} hidden file(s) skipped (macOS ._* forks, dot-files: never images" + (f": {', '.join(f'{k} {v}' for k, v in hidden.items() if v)})" if n_hidden else ")")
+    if p.get("ignored_files"):
+        text += f"; {p['ignored_files']} .tif file(s) of neither channel by the authors' rule"
+    if p.get("authors_order_agrees") is False:
+        text += "; the authors' sorted pairing differs from the pairing by field (their script would pair some files with another field's GT)"
+    return text
+
+
+def _rule_text(planes: dict) -> str:
+    decided = planes.get("decided_by", {})
+    total = sum(decided.values()) or 1
+    by = ", ".join(f"{rule} {n} ({n / total:.0%})" for rule, n in decided.items())
+    return f"asked: {planes.get('requested', planes.get('rule'))}; files decided by: {by or 'not recorded'}. {planes.get('description', '')}"
+
+
+def _check_text(check: dict) -> str:
+    medians = ", ".join(f"{lvl} {v:.3g}" for lvl, v in check.get("median_sharpness", {}).items())
+    share = check.get("share_out_of_order")
+    independent = "yes" if check.get("independent") else f"no ({check.get('independent_fields', 0)} of {check.get('fields', 0)} fields checked)"
+    text = f"{check.get('status', '?')}: expected {check.get('expected', '')}; median sharpness {medians}; "
+    text += f"{'—' if share is None else f'{share:.0%}'} of the checked fields out of order (allowed {check.get('max_out_of_order', 0):.0%}); independent: {independent}"
+    return text + (f". {check['note']}" if not check.get("independent") and check.get("note") else "")
+
+
+def _listing_text(listing: dict | None) -> str:
+    if not listing:
+        return "not read (plane rule without the Broad listing)"
+    parts = []
+    for lvl, p in listing.get("planes", {}).items():
+        if p.get("status") != "listed":
+            parts.append(f"{lvl}: unavailable ({p.get('reason', '')})")
+            continue
+        cost = f", {p['requests']} request(s), {p['bytes_read'] / 1024:.0f} KiB of {p['archive_bytes'] / 2**20:.1f} MiB" if "bytes_read" in p else ""
+        parts.append(f"{lvl}: {p.get('names', 0)} names from {p.get('source', '?')}{cost}")
+    return f"{listing.get('status')}: " + "; ".join(parts)
+
+
+def data_reading(manifest: dict) -> list[list[str]]:
+    """How the preparation read the authors' archive (rows of [what, how]), from a dataset's manifest."""
+    planes, broad = manifest.get("planes", {}), manifest.get("broad", {})
+    rows = [["pairing", _pairing_text(manifest.get("pairing", {}))], ["plane rule", _rule_text(planes)]]
+    rows.append(["blur-order check", _check_text(planes.get("check", {}))])
+    rows.append(["Broad listing (z02/z06/z10)", _listing_text(planes.get("broad_listing"))])
+    same = broad.get("gt_identical_to_broad_z16")
+    rows.append(["Broad mapping (unseen levels, labels)", f"{broad.get('status', '?')}: {broad.get('description', '')}" + (f"; archive GT identical to Broad z16 in {same[0]} of {same[1]} fields" if same else "")])
+    return rows
 
 
 def reproduction_section(config: dict, results: str | Path) -> Section:
@@ -277,12 +400,28 @@ def reproduction_section(config: dict, results: str | Path) -> Section:
                 f"(`dgno data check {info['source']} --root {info['path']}` prints the steps), then run the same command again: the target picks them up."
             )
     sec.notes.append(_time_note(meta))
+    reading = []
+    for ds in st.get("datasets", {}):
+        path = results / "data" / ds / "manifest.json"
+        manifest = read_json(path) if path.exists() else {}
+        if "planes" in manifest:
+            reading += [[ds, *row] for row in data_reading(manifest)]
+            sec.notes += [f"{ds}: warning: {w}" for w in manifest.get("warnings", [])]
+    if "caveat" in frame and frame["caveat"].notna().any():  # read with "" as missing
+        sec.notes.append("A per-plane number (one of z02, z06, z10, not their pooled mean) is marked in its verdict when that plane's files are unverified; the pooled numbers do not depend on which file is which plane.")
     head = ["paper table", "row", "method", "dataset", "levels", "metric", "paper", "measured", "Δ", "Gumbel mean ± sd", "verdict", "test images"]
-    body = []
+    body, tables = [], load_paper_values()  # parsed once: the YAML takes about a second
     for _, r in frame.iterrows():
         d = DIGITS.get(r["metric"], 3)
         delta = "—" if pd.isna(r["delta"]) else f"{r['delta']:+.{d}f}"
-        body.append([_table_label(r["table"]), str(r["row"]), str(r["method"]), str(r["dataset"]), str(r["levels"]), str(r["metric"]),
-                     _fmt(r["paper"], d), _fmt(r["measured"], d), delta, _gumbel(r, d), str(r["verdict"]), str(r["test_set"])])  # fmt: skip
+        body.append([_table_label(tables, r["table"]), str(r["row"]), str(r["method"]), str(r["dataset"]), str(r["levels"]), str(r["metric"]),
+                     _fmt(r["paper"], d), _fmt(r["measured"], d), delta, _gumbel(r, d), _verdict_cell(r), str(r["test_set"])])  # fmt: skip
     sec.text_tables.append((head, body))
+    if reading:
+        sec.text_tables.append((["dataset", "how the data were read", "from the manifest"], reading))
     return sec
+
+
+def _verdict_cell(row: pd.Series) -> str:
+    caveat = row.get("caveat")
+    return str(row["verdict"]) + (f" ({caveat})" if isinstance(caveat, str) and caveat else "")

@@ -228,7 +228,7 @@ def _check_dataset(cfg: dict, name: str, ds: dict) -> None:
                 raise ConfigError(f"config key datasets.{name}.{which}: level {lvl!r} is not defined; defined levels: {', '.join(ds['levels'])}")
 
 
-BBBC006_SPLIT_KEYS = ("split", "plane_rule", "max_out_of_order")
+BBBC006_SPLIT_KEYS = ("split", "plane_rule", "plane_check", "max_out_of_order")
 
 
 def _check_bbbc006_keys(datasets: dict) -> None:

@@ -225,6 +225,7 @@ def data_inputs(config: Config, dataset: str, levels: Iterable[str]) -> dict[str
     }
 
 
+BROAD_NAMES = "broad_names.json"  # the Broad z02/z06/z10 listing (dgno.data.bbbc006_listing.LISTING), rule bbbc006_broad_names
 ARCHIVE_LEVELS = ("z02", "z06", "z10")  # the planes in the authors' BBBC006.tar.gz (dgno.data.bbbc006_pairing.PLANES)
 
 
@@ -242,6 +243,8 @@ def bbbc006_planes(config: Config, dataset: str) -> dict[str, Any]:
     if config["datasets"][dataset].get("split") == "authors":
         levels = [lvl for lvl in levels if lvl not in ARCHIVE_LEVELS]
         inputs["archive"] = f"{raw}/bbbc006/authors.json"
+        if config["datasets"][dataset].get("plane_rule", "auto") in ("auto", "broad"):
+            inputs["broad_names"] = f"{raw}/bbbc006/{BROAD_NAMES}"
     return {"planes": [f"{raw}/bbbc006/{p}" for p in ["z16", *levels]], **inputs}
 
 

@@ -37,6 +37,7 @@ PAPER: dict[str, Request] = {
     "bbbc006_labels": DOWNLOAD,
     "bbbc006_prepare": PREPARE,
     "bbbc006_authors_archive": DOWNLOAD,  # 3.2 GB, then unpacked once
+    "bbbc006_broad_names": Request(1, 1000, 30),  # the central directories of three zips, about 100 kB each
     "paired_source": DOWNLOAD,
     "paired_prepare": PREPARE,
     "sigma_sharp": PREPARE,

@@ -95,7 +95,7 @@ def bbbc006_settings(config: Config, dataset: str) -> dict[str, Any]:
     adding them (with the by-well default) does not re-prepare, and so retrain, an existing by-well dataset."""
     ds = dict(config["datasets"][dataset])
     if ds.get("split", "by_well") == "by_well":
-        for key in ("split", "plane_rule", "max_out_of_order"):
+        for key in ("split", "plane_rule", "plane_check", "max_out_of_order"):
             ds.pop(key, None)
     else:
         ds["authors_url"] = config["downloads"]["bbbc006_authors_url"]
