@@ -22,9 +22,7 @@ rule effective_rank:
         "../../envs/dgno.yaml"
     threads: threads_for("effective_rank")
     resources:
-        mem_mb=mem_mb_for("effective_rank"),
-        runtime=runtime_for("effective_rank"),
-        gpu=gpu_for("effective_rank"),
+        **resources_for("effective_rank"),
     params:
         methods=lambda wc: rank_methods(wc.dataset),
         labels=lambda wc: method_labels(rank_methods(wc.dataset)),
@@ -55,9 +53,7 @@ rule figure_operators:
         "../../envs/dgno.yaml"
     threads: threads_for("figure_operators")
     resources:
-        mem_mb=mem_mb_for("figure_operators"),
-        runtime=runtime_for("figure_operators"),
-        gpu=gpu_for("figure_operators"),
+        **resources_for("figure_operators"),
     params:
         methods=lambda wc: rank_methods(wc.dataset),
         labels=lambda wc: method_labels(rank_methods(wc.dataset)),
@@ -88,9 +84,7 @@ rule figure_lam:
         "../../envs/dgno.yaml"
     threads: threads_for("figure_lam")
     resources:
-        mem_mb=mem_mb_for("figure_lam"),
-        runtime=runtime_for("figure_lam"),
-        gpu=gpu_for("figure_lam"),
+        **resources_for("figure_lam"),
     params:
         lam=canonical(LAM),  # the experiment's settings, defaults filled in by the schema
         labels=method_labels(LAM.get("methods", [])),
@@ -116,9 +110,7 @@ rule cost_vs_resolution:
         "../../envs/dgno.yaml"
     threads: threads_for("cost_vs_resolution")
     resources:
-        mem_mb=mem_mb_for("cost_vs_resolution"),
-        runtime=runtime_for("cost_vs_resolution"),
-        gpu=gpu_for("cost_vs_resolution"),
+        **resources_for("cost_vs_resolution"),
     params:
         methods=canonical({m: config["methods"][m] for m in COST_METHODS}),
         labels=method_labels(COST_METHODS),
@@ -146,8 +138,7 @@ rule figure_psnr_params:
         "../../envs/report.yaml"
     threads: threads_for("figure_psnr_params")
     resources:
-        mem_mb=mem_mb_for("figure_psnr_params"),
-        runtime=runtime_for("figure_psnr_params"),
+        **resources_for("figure_psnr_params"),
     params:
         dataset=main_dataset(),
         levels=table_levels(main_dataset()) if main_dataset() else [],
@@ -193,8 +184,7 @@ rule runtime_memory:
         "../../envs/report.yaml"
     threads: threads_for("runtime_memory")
     resources:
-        mem_mb=mem_mb_for("runtime_memory"),
-        runtime=runtime_for("runtime_memory"),
+        **resources_for("runtime_memory"),
     script:
         "../scripts/runtime_memory.py"
 

@@ -7,13 +7,9 @@ from pathlib import Path
 import pandas as pd
 
 from dgno.report.psnr_params import published_params
-from dgno.report.render import (
-    Cell,
-    Table,
-    load_paper,
-)
+from dgno.report.reading import load_paper, paper_key, paper_row
+from dgno.report.render import Cell, Table
 from dgno.report.section import Section, figure
-from dgno.report.tables import paper_key, paper_row
 
 
 def cost_table(results: Path, methods: list[str], method_cfgs: dict[str, dict], paper_rows: dict[str, dict]) -> Table | None:
