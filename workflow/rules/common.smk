@@ -6,6 +6,7 @@ import functools
 from glob import glob
 from pathlib import Path
 
+from dgno.data import GENERATED_SOURCES
 from dgno.experiments import catalogue
 from dgno.report import comparisons
 from dgno.workflow import plan

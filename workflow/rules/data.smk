@@ -16,7 +16,7 @@ rule sharp_images:
     resources:
         **resources_for("sharp_images"),
     params:
-        kind=lambda wc: config["datasets"][wc.dataset]["source"].removeprefix("demo_"),
+        kind=lambda wc: GENERATED_SOURCES[config["datasets"][wc.dataset]["source"]],
         size=lambda wc: config["datasets"][wc.dataset]["size"],
         counts=lambda wc: {
             k: config["datasets"][wc.dataset][k]

@@ -18,6 +18,7 @@ import jinja2
 import pandas as pd
 
 from dgno import metric_spec, provenance
+from dgno.data import GENERATED_SOURCES
 from dgno.io import atomic_path
 from dgno.report.reading import paper_row
 
@@ -215,7 +216,8 @@ def header_context(config: dict[str, Any], summaries: pd.DataFrame, stardist_sou
         "config_description": config.get("description", ""),
         "is_demo": config["name"] != "paper",
         "data_sources": sources,
-        "synthetic": all(s.startswith("demo_") for s in sources.values()),
+        "synthetic": all(s in GENERATED_SOURCES for s in sources.values()),
+        "generated_sources": list(GENERATED_SOURCES),
         "provenance": prov,
         "lpips_sources": lpips_sources or ["not computed"],
         "stardist_source": stardist_source or "not run in this configuration",

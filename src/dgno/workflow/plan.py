@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dgno.choices import check_choice
+from dgno.data import GENERATED_SOURCES
 from dgno.experiments import catalogue
 from dgno.experiments.catalogue import experiment_datasets, table_levels
 from dgno.models.overrides import registry_overrides
@@ -57,8 +58,8 @@ def datasets_with_source(config: Config, *sources: str) -> list[str]:
 
 
 def generated_datasets(config: Config) -> list[str]:
-    """Datasets whose sharp images the workflow generates (sources demo_*)."""
-    return [d for d, spec in config["datasets"].items() if spec["source"].startswith("demo_")]
+    """Datasets whose sharp images the workflow generates (dgno.data.GENERATED_SOURCES)."""
+    return [d for d, spec in config["datasets"].items() if spec["source"] in GENERATED_SOURCES]
 
 
 def paired_datasets(config: Config) -> list[str]:
