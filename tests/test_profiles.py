@@ -92,6 +92,8 @@ def test_resources_scale_with_the_config_and_the_retry():
     assert resources.gpus("train", "cuda") == 1 and resources.gpus("train", "cpu") == 0 and resources.gpus("table", "cuda") == 0
     with pytest.raises(KeyError, match="resources.py"):
         resources.request("no_such_rule", "paper")
+    assert resources.request("figure_of_something", "paper") == resources.FIGURE  # an unlisted plot: a figure's request
+    assert resources.local_rules(["figure_of_something", "no_such_rule", "train"]) == resources.local_rules() + ["figure_of_something"]
 
 
 def test_gpus_only_for_gpu_work_and_on_the_gpu_partition():
@@ -113,7 +115,7 @@ def test_downloads_are_local_rules_and_heavy_jobs_are_not():
     assert "edge_band" not in local and not GPU_RULES & local and "train" not in local
     # the table is the one place: the Snakefile declares exactly its local rules, no rule file adds any
     snakefile = (ROOT / "Snakefile").read_text()
-    assert "workflow.localrules(*(name for name in dgno_resources.local_rules() if name in defined))" in snakefile
+    assert "workflow.localrules(*(name for name in dgno_resources.local_rules(defined) if name in defined))" in snakefile
     assert not re.search(r"^\s*localrules:", snakefile, re.M)
     for path in (ROOT / "workflow" / "rules").glob("*.smk"):
         assert not re.search(r"^\s*localrules:", path.read_text(), re.M), path.name

@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from dgno.data import RENAMED_SOURCES
+from dgno.data import RENAMED_SOURCES, paired_sets
 from dgno.models.registry import list_models
 from dgno.workflow.settings import SPEED_ONLY_TRAIN
 
@@ -315,7 +315,7 @@ def _check_experiment_names(cfg: dict, exp: str, spec: dict) -> None:
                 )
 
 
-PAIRED_SOURCES = ("3dhistech", "dpdd", "realdof")  # real (blurred, sharp) pairs: dgno.data.paired_sets
+PAIRED_SOURCES = paired_sets.SOURCES  # real (blurred, sharp) pairs: one layout each in dgno.data.paired_sets
 
 
 def _check_paired_dataset(cfg: dict, name: str, ds: dict) -> None:

@@ -15,6 +15,7 @@ a short wall time: the images are tiny, and the single-node test cluster must fi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -94,16 +95,25 @@ PAPER: dict[str, Request] = {
 }
 
 DEMO = Request(1, 1000, 30)
+# A plotting rule the table does not list (figure_<name>) asks for FIGURE: a report figure is its script,
+# its rule and its entry in dgno.experiments.catalogue (docs/extending.md), not a line here too.
+PLOT_PREFIX = "figure_"
+
+
+def _paper_request(rule: str) -> Request:
+    if rule in PAPER:
+        return PAPER[rule]
+    if rule.startswith(PLOT_PREFIX):
+        return FIGURE
+    raise KeyError(
+        f"dgno.workflow.resources: rule '{rule}' has no entry in PAPER (src/dgno/workflow/resources.py); "
+        "add its threads, memory, wall time and GPU need there"
+    )
 
 
 def request(rule: str, scale: str) -> Request:
     """The request of ``rule`` at the config's ``scale`` (``paper`` or anything smaller)."""
-    if rule not in PAPER:
-        raise KeyError(
-            f"dgno.workflow.resources: rule '{rule}' has no entry in PAPER (src/dgno/workflow/resources.py); "
-            "add its threads, memory, wall time and GPU need there"
-        )
-    paper = PAPER[rule]
+    paper = _paper_request(rule)
     return paper if scale == "paper" else Request(DEMO.threads, DEMO.mem_mb, DEMO.runtime_min, paper.gpu)
 
 
@@ -136,9 +146,11 @@ def rule_resources(rule: str, scale: str, device: str) -> dict:
     return out
 
 
-def local_rules() -> list[str]:
-    """The rules that run where Snakemake runs (the Snakefile declares them local); never a GPU rule."""
-    return [name for name, req in PAPER.items() if req.local]
+def local_rules(defined: Iterable[str] = ()) -> list[str]:
+    """The rules that run where Snakemake runs (the Snakefile declares them local; never a GPU rule): the
+    table's local entries, and of the ``defined`` rules the plotting rules the table does not list."""
+    listed = [name for name, req in PAPER.items() if req.local]
+    return listed + [name for name in defined if name not in PAPER and name.startswith(PLOT_PREFIX)]
 
 
 def gpu_rules() -> list[str]:
