@@ -230,3 +230,53 @@ def test_a_report_figure_is_its_script_its_rule_and_its_catalogue_entry_with_its
         "print([f.title for f in experiment_figures(Path('nowhere'), load_config('tests/smoke.yaml'), 'operators')][-1])"
     )
     assert out.strip() == "Per-image PSNR on nuclei"
+
+
+SECTION = """
+
+def sharpness_section(name: str, config: dict, summaries, results=None):
+    \"\"\"A throwaway experiment's section: its title and its metric table.\"\"\"
+    exp = config["experiments"][name]
+    sec = experiment_section(name)
+    sec.tables.append(
+        metric_table(summaries, datasets=[exp["dataset"]], methods=exp["methods"], method_cfgs=config["methods"],
+                     levels={exp["dataset"]: table_levels(config, exp["dataset"])}, metrics=table_metrics(name), paper_rows=None)
+    )
+    return sec
+"""
+
+
+def test_an_experiment_is_its_schema_keys_its_catalogue_entry_and_its_section(checkout):
+    checkout.edit(
+        "workflow/schemas/config.schema.yaml",
+        "    description: Which experiments of the paper's catalogue this run performs\n    properties:\n",
+        "    description: Which experiments of the paper's catalogue this run performs\n    properties:\n"
+        "      sharpness:\n        type: object\n        additionalProperties: false\n        required: [dataset, methods]\n"
+        "        properties:\n          seeds: {$ref: \"#/$defs/seeds\"}\n          dataset: {type: string}\n"
+        "          methods: {type: array, items: {type: string}, minItems: 1}\n",
+    )
+    checkout.edit(
+        "src/dgno/experiments/catalogue.py",
+        "EXPERIMENTS: tuple[Experiment, ...] = (\n",
+        "EXPERIMENTS: tuple[Experiment, ...] = (\n"
+        '    Experiment("sharpness", None, "Sharpness check", "dgno.report.results:sharpness_section", seeded=True,\n'
+        '               table=Table("Sharpness check on {datasets}.", "Main results", versus=("gg",)), figures=("visual",)),\n',
+    )
+    results = (checkout.root / "src/dgno/report/results.py").read_text()
+    checkout.edit("src/dgno/report/results.py", results[-300:], results[-300:] + SECTION)
+    config = _smoke(checkout)
+    config["experiments"]["sharpness"] = {"dataset": "nuclei", "methods": ["gg", "dgno-cell"], "seeds": 2}
+    rel = _write_config(checkout, config)
+    assert len(checkout.touched) <= 4, sorted(checkout.touched)  # the three, and the config that runs it
+    plan = checkout.dry_run(rel, "sharpness")
+    for path in ("results/tables/sharpness.csv", "results/eval/nuclei/dgno-cell/seed=1/z02/summary.json", "results/figures/visual_nuclei.png"):
+        assert path in plan, path
+    out = checkout.python(
+        "import pandas as pd; from pathlib import Path; from dgno.report.build import experiment_section; from dgno.experiments import catalogue\n"
+        f"from dgno.workflow.config import load_config; cfg = load_config({rel!r})\n"
+        "sec = experiment_section(catalogue.experiment('sharpness'), cfg, pd.DataFrame(columns=['dataset', 'method', 'level', 'replicate']), Path('nowhere'))\n"
+        "print(sec.title, '|', sec.tables[0].rows[1][1][0].command, '|', sec.figures[0].title, '|', catalogue.table_caption(cfg, 'sharpness'))"
+    )
+    assert out.strip() == (
+        "Sharpness check | snakemake --cores all results/eval/nuclei/gg/z02/summary.json | Visual comparison on nuclei | Sharpness check on nuclei."
+    )
