@@ -62,7 +62,8 @@ include: "workflow/rules/report.smk"
 # bookkeeping and plotting jobs: the rules src/dgno/workflow/resources.py marks `local` (the parser's
 # `localrules:` takes literal names only; this is the call it makes).
 defined = {r.name for r in workflow.rules}
-workflow.localrules(*(name for name in dgno_resources.local_rules(defined) if name in defined))
+local = [name for name in dgno_resources.local_rules(defined) if name in defined]
+workflow.localrules(*local)
 
 
 rule all:

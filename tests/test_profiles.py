@@ -115,7 +115,7 @@ def test_downloads_are_local_rules_and_heavy_jobs_are_not():
     assert "edge_band" not in local and not GPU_RULES & local and "train" not in local
     # the table is the one place: the Snakefile declares exactly its local rules, no rule file adds any
     snakefile = (ROOT / "Snakefile").read_text()
-    assert "workflow.localrules(*(name for name in dgno_resources.local_rules(defined) if name in defined))" in snakefile
+    assert "dgno_resources.local_rules(defined)" in snakefile and "workflow.localrules(*local)" in snakefile
     assert not re.search(r"^\s*localrules:", snakefile, re.M)
     for path in (ROOT / "workflow" / "rules").glob("*.smk"):
         assert not re.search(r"^\s*localrules:", path.read_text(), re.M), path.name

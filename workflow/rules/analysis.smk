@@ -7,11 +7,7 @@ rule effective_rank:
         unpack(rank_inputs),
     output:
         table="results/tables/effective_rank_{dataset}.csv",
-        figure=report(
-            "results/figures/effective_rank_{dataset}.png",
-            caption="../report/effective_rank.rst",
-            category="GG vs LG vs DGNO",
-        ),
+        figure=figure_output("effective_rank"),
     log:
         "results/logs/effective_rank/{dataset}.log",
     benchmark:
@@ -29,6 +25,7 @@ rule effective_rank:
         level=lambda wc: rank_level(wc.dataset),
         max_images=config["analysis"]["rank_images"],
         device=config["device"],
+        caption=figure_caption("effective_rank"),
     script:
         "../scripts/effective_rank.py"
 
@@ -38,11 +35,7 @@ rule figure_operators:
         unpack(operator_map_inputs),
     output:
         table="results/tables/operator_maps_{dataset}.csv",
-        figure=report(
-            "results/figures/operators_{dataset}.png",
-            caption="../report/operator_maps.rst",
-            category="GG vs LG vs DGNO",
-        ),
+        figure=figure_output("operator_maps"),
     log:
         "results/logs/figure_operators/{dataset}.log",
     benchmark:
@@ -60,6 +53,7 @@ rule figure_operators:
         level=lambda wc: rank_level(wc.dataset),
         stat_images=OPERATOR_MAP_IMAGES,
         device=config["device"],
+        caption=figure_caption("operator_maps"),
     script:
         "../scripts/figure_operators.py"
 
@@ -69,11 +63,7 @@ rule figure_lam:
         unpack(lam_inputs),
     output:
         table="results/tables/lam_{dataset}.csv",
-        figure=report(
-            "results/figures/lam_{dataset}.png",
-            caption="../report/lam.rst",
-            category="Interpretability",
-        ),
+        figure=figure_output("lam"),
     log:
         "results/logs/figure_lam/{dataset}.log",
     benchmark:
@@ -90,6 +80,7 @@ rule figure_lam:
         labels=method_labels(LAM.get("methods", [])),
         level=lambda wc: lam_level(wc.dataset),
         device=config["device"],
+        caption=figure_caption("lam"),
     script:
         "../scripts/figure_lam.py"
 
@@ -97,11 +88,7 @@ rule figure_lam:
 rule cost_vs_resolution:
     output:
         table="results/tables/cost_vs_resolution.csv",
-        figure=report(
-            "results/figures/cost_vs_resolution.png",
-            caption="../report/cost_vs_resolution.rst",
-            category="Model cost",
-        ),
+        figure=figure_output("cost_vs_resolution"),
     log:
         "results/logs/tables/cost_vs_resolution.log",
     benchmark:
@@ -117,6 +104,7 @@ rule cost_vs_resolution:
         sizes=config["analysis"]["cost_sizes"],
         scale=config["analysis"]["cost_scale"] or config["scale"],
         device=config["device"],
+        caption=figure_caption("cost_vs_resolution"),
     script:
         "../scripts/cost_vs_resolution.py"
 
@@ -127,11 +115,7 @@ rule figure_psnr_params:
         model_summary="results/tables/model_summary.csv",
     output:
         table="results/tables/psnr_vs_params.csv",
-        figure=report(
-            "results/figures/psnr_vs_params.png",
-            caption="../report/psnr_vs_params.rst",
-            category="Model cost",
-        ),
+        figure=figure_output("psnr_vs_params"),
     log:
         "results/logs/figures/psnr_vs_params.log",
     conda:
@@ -164,6 +148,7 @@ rule figure_psnr_params:
             if main_dataset()
             else None
         ),
+        caption=figure_caption("psnr_vs_params"),
     script:
         "../scripts/figure_psnr_params.py"
 
@@ -173,11 +158,7 @@ rule runtime_memory:
         BENCH_FILES,
     output:
         table="results/tables/runtime_memory.csv",
-        figure=report(
-            "results/figures/runtime_memory.png",
-            caption="../report/runtime_memory.rst",
-            category="Model cost",
-        ),
+        figure=figure_output("runtime_memory"),
     log:
         "results/logs/figures/runtime_memory.log",
     conda:
@@ -185,6 +166,8 @@ rule runtime_memory:
     threads: threads_for("runtime_memory")
     resources:
         **resources_for("runtime_memory"),
+    params:
+        caption=figure_caption("runtime_memory"),
     script:
         "../scripts/runtime_memory.py"
 

@@ -145,6 +145,73 @@ FIGURES: dict[str, Figure] = {
         "restoration uses the fitted coefficients.",
         "Non-blind comparison",
     ),
+    # the analyses behind the paper's figures (workflow/rules/analysis.smk), shown by the operators, LAM and cost sections
+    "effective_rank": Figure(
+        "results/figures/effective_rank_{dataset}.png",
+        'Effective rank of the latent z per scale (s1 = 1/4, s2 = 1/2, s3 = 1) and operator step t: (a) r_eff = '
+        'exp(entropy of the normalised singular values of the tokens × channels matrix), (b) utilisation r_eff / d '
+        '(paper: rank figure)',
+        'Effective rank of the latent functions z after each operator layer t of the decoder, at the three scales '
+        's1 (1/4), s2 (1/2), s3 (1), averaged over the blurred test images of one level. Effective rank (Roy & '
+        'Vetterli, 2007) = exp(entropy of the normalised singular values σ_i / Σσ_j) of the (tokens × channels) '
+        'matrix of one feature map; utilisation = effective rank / channels.',
+        "GG vs LG vs DGNO",
+    ),
+    "operator_maps": Figure(
+        "results/figures/operators_{dataset}.png",
+        'Learned operators on {dataset}',
+        'Learned operators of each GG/LG/DGNO method on one blurred test image of {dataset} (finest decoder scale, '
+        'first and last operator step t; a centred window of at most 128 px). Columns: (a) blurred input; (b) the '
+        'three channels of the queries Q (the input-dependent "dynamic" basis) with the largest spatial variation; '
+        '(c) channel norm of the volume term Q(K̃ᵀṼ) of each element (of the whole image for GG); (d) channel norm '
+        'of the DG flux term Q·ΣK^flux, cyan lines = element borders, "iface ×r" = mean squared flux norm within 1 '
+        'px of an interior element interface divided by that mean elsewhere (1 = no concentration at interfaces); '
+        '(e) restored output. Each map is scaled to its own 99.5th percentile. The table gives, averaged over the '
+        'first (up to 8) test images: the interface-energy ratios of the latent and flux maps, the flux energy in '
+        'the elements touching the image border ÷ the other elements (the domain-boundary response: Dirichlet adds '
+        'a flux against a zero ghost on the border faces, Neumann none) and the flux-to-latent energy ratio.',
+        "GG vs LG vs DGNO",
+    ),
+    "lam": Figure(
+        "results/figures/lam_{dataset}.png",
+        'Local attribution maps: input pixels each method uses for the cyan window (dashed: r₅₀); bottom: restored',
+        'Local attribution maps (LAM, Gu & Dong 2021) of each method on one blurred test image of {dataset}: which '
+        'input pixels each network draws on to restore one output window. The window (cyan) is the one with the '
+        'most edge content in the sharp image, the same for every method. The map is the path-integrated gradient '
+        "of the window's edge content (sum of gradient magnitudes of the output) along a progressive-blur path "
+        'from a strongly blurred copy of the input to the input, absolute value summed over channels, each scaled '
+        'to its own 99.5th percentile. DI = (1 − Gini) × 100 of the map (0: one pixel carries all attribution; '
+        '100: every pixel the same); r₅₀ (dashed circle) = radius about the window centre that holds half of the '
+        'attribution. Bottom row: restored image and its PSNR on this image. The paper shows such maps (NAFNet, '
+        "MPT, SRNO, DGNO) without numbers; its claim is that DGNO's attributions are more localised and "
+        'boundary-aligned.',
+        "Interpretability",
+    ),
+    "cost_vs_resolution": Figure(
+        "results/figures/cost_vs_resolution.png",
+        'GMACs of one forward pass vs image size, per method (legend: parameters)',
+        'Multiply-accumulates (GMACs = FLOPs / 2, torch.utils.flop_counter) of one forward pass on a 1-channel '
+        "square image, against its side; the legend gives each network's parameters. Scale and sizes: config key "
+        '`analysis`.',
+        "Model cost",
+    ),
+    "psnr_vs_params": Figure(
+        "results/figures/psnr_vs_params.png",
+        "PSNR vs parameters: filled circles = measured in this run (parameters at the run's scale); hollow "
+        "diamonds = the paper's PSNR with printed parameter counts (never measured values; sources in "
+        'results/tables/psnr_vs_params.csv)',
+        "PSNR against parameter count. Filled circles: this run's measured PSNR with parameters counted at the "
+        "run's scale. Hollow diamonds: the paper's PSNR with the parameter count printed in the DGNO paper or in "
+        "the method's original paper (source per point in results/tables/psnr_vs_params.csv).",
+        "Model cost",
+    ),
+    "runtime_memory": Figure(
+        "results/figures/runtime_memory.png",
+        'Forward-pass throughput and peak memory vs image size, per device (from the files named in the tables)',
+        'Forward-pass throughput (images/s, batch 1) and peak memory against image size, per device, from the '
+        'benchmark JSON files in benchmarks/results (written by `dgno bench` and benchmarks/bench_models.py).',
+        "Model cost",
+    ),
 }
 # What every dataset an experiment trains on gets (besides its edge-band table): the figures below, where
 # they apply (dgno.workflow.targets: training curves only where it trains, the residual figure only with GG

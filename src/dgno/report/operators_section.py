@@ -12,7 +12,7 @@ from dgno.report.comparisons import table_spec
 from dgno.report.cost_section import cost_table
 from dgno.report.reading import load_paper, paper_key, paper_row, read_stats
 from dgno.report.render import Cell, Table, annotate, metric_table, stat_row
-from dgno.report.section import Section, experiment_section, figure, table_metrics
+from dgno.report.section import Section, catalogue_figure, experiment_section, table_metrics
 
 
 def edge_band_values(results: Path, dataset: str) -> dict[tuple[str, str, str], float]:
@@ -241,15 +241,8 @@ def operators_section(name: str, config: dict, summaries: pd.DataFrame, results:
     if verdict:
         sec.verdicts.append(verdict)
     if any(mcfg[m]["model"] in ("gg", "lg", "dgno-face", "dgno-cell") for m in methods):
-        sec.figures.append(
-            figure(
-                results,
-                f"figures/effective_rank_{ds}.png",
-                "Effective rank of the latent z per scale (s1 = 1/4, s2 = 1/2, s3 = 1) and operator step t: (a) r_eff = exp(entropy of "
-                "the normalised singular values of the tokens × channels matrix), (b) utilisation r_eff / d (paper: rank figure)",
-            )
-        )
-        sec.figures.append(figure(results, f"figures/operators_{ds}.png", operator_maps_caption(results, ds)))
+        sec.figures.append(catalogue_figure(results, "effective_rank", ds))
+        sec.figures.append(catalogue_figure(results, "operator_maps", ds, title=operator_maps_caption(results, ds)))
     return sec
 
 
@@ -288,5 +281,5 @@ def lam_section(name: str, config: dict, summaries: pd.DataFrame, results: Path)
                 + (f" ({', '.join(wider)})" if wider else "")
                 + f"; its DI is {d['di']:.1f} (others {', '.join(f'{lab} {v:.1f}' for lab, v in zip(others['label'], others['di']))}). One image and one window: an illustration, not a statistic."
             )
-    sec.figures.append(figure(results, f"figures/lam_{ds}.png", "Local attribution maps: input pixels each method uses for the cyan window (dashed: r₅₀); bottom: restored"))
+    sec.figures.append(catalogue_figure(results, "lam", ds))
     return sec

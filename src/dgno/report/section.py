@@ -47,11 +47,12 @@ def experiment_section(name: str, paper_source: str = "") -> Section:
     return Section(id=entry.table_name, title=entry.title, paper_source=paper_source)
 
 
-def catalogue_figure(results: Path | None, key: str, dataset: str | None = None) -> Figure:
-    """The figure entry of ``catalogue.FIGURES[key]`` (of one dataset where it is per dataset)."""
+def catalogue_figure(results: Path | None, key: str, dataset: str | None = None, title: str | None = None) -> Figure:
+    """The figure entry of ``catalogue.FIGURES[key]`` (of one dataset where it is per dataset); ``title``
+    replaces the entry's where the section words it from the results (the operator maps' measured ratios)."""
     spec = catalogue.FIGURES[key]
     path = spec.path.format(dataset=dataset) if spec.per_dataset else spec.path
-    title = spec.title.format(dataset=dataset) if spec.per_dataset else spec.title
+    title = title or (spec.title.format(dataset=dataset) if spec.per_dataset else spec.title)
     return figure(Path(results or "results"), path.removeprefix("results/"), title)
 
 

@@ -59,19 +59,20 @@ def report_inputs(config: Config) -> list[str]:
 def analysis_report_inputs(config: Config, bench_files: Iterable[str] = ()) -> list[str]:
     """Files the report's analysis figures need in this configuration; ``bench_files`` are the
     benchmark results found in the repository (the runtime/memory figure needs at least one)."""
-    files = ["results/tables/cost_vs_resolution.csv", "results/figures/cost_vs_resolution.png"]
+    figure = {key: f.path for key, f in catalogue.FIGURES.items()}
+    files = ["results/tables/cost_vs_resolution.csv", figure["cost_vs_resolution"]]
     for ds in rank_datasets(config):
         if rank_methods(config, ds):
             files += [
                 f"results/tables/effective_rank_{ds}.csv",
-                f"results/figures/effective_rank_{ds}.png",
+                figure["effective_rank"].format(dataset=ds),
                 f"results/tables/operator_maps_{ds}.csv",
-                f"results/figures/operators_{ds}.png",
+                figure["operator_maps"].format(dataset=ds),
             ]
     for ds in lam_datasets(config):
-        files += [f"results/tables/lam_{ds}.csv", f"results/figures/lam_{ds}.png"]
+        files += [f"results/tables/lam_{ds}.csv", figure["lam"].format(dataset=ds)]
     if main_dataset(config):
-        files.append("results/figures/psnr_vs_params.png")
+        files.append(figure["psnr_vs_params"])
     if list(bench_files):
-        files.append("results/figures/runtime_memory.png")
+        files.append(figure["runtime_memory"])
     return files
