@@ -289,7 +289,7 @@ def _stardist(layout: Layout, config: dict, m: dict, ds: str, levels: list[str],
     """Pooled AP difference: AP = ΣTP / Σ(TP+FP+FN) over images per IoU threshold (mean AP: their mean)."""
     per_path, table_path = layout.stardist(ds, per_image=True), layout.stardist(ds)
     command = _make(layout, table_path)
-    if m["a"] not in config["experiments"]["stardist"]["methods"]:
+    if m["a"] not in config["experiments"][m["experiment"]]["methods"]:
         raise NotConfigured(f"{m['a']} is not among the StarDist experiment's methods")
     bs = _candidates(config, m, m["b"]) if isinstance(m["b"], list) else [m["b"]]
     bs = [b for b in bs if b != m["a"]]
