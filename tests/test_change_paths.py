@@ -1,7 +1,7 @@
 """How many files a change touches: each test makes one change a user makes — a baseline, a dataset, a
 paired-set source, a report figure — in a copy of the repository's code, file by file, counts the files it
 edited, and checks that the change took effect (the config validates, the network builds, Snakemake's dry
-run plans the new jobs, the report lists the new figure). The metric set's one-edit path is
+run plans the added jobs, the report lists the added figure). The metric set's one-edit path is
 tests/test_metric_spec.py. The counts are the project's promise in docs/extending.md."""
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ class Checkout:
             else:
                 shutil.copy2(src, dst)
 
-    def edit(self, rel: str, old: str, new: str) -> None:
+    def edit(self, rel: str, old: str, replacement: str) -> None:
         """Replace the one occurrence of ``old`` in file ``rel``."""
         path = self.root / rel
         text = path.read_text()
         assert text.count(old) == 1, f"{rel}: {old!r} occurs {text.count(old)} times"
-        path.write_text(text.replace(old, new))
+        path.write_text(text.replace(old, replacement))
         self.touched.add(rel)
 
     def write(self, rel: str, text: str) -> None:

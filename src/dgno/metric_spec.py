@@ -65,7 +65,7 @@ class Metric:
         return self.applies_to == "any" or (len(image_shape) == 3 and image_shape[-1] == 3)
 
     def compute(self) -> Callable[..., Any]:
-        """The scoring function (imported now: scoring needs numpy and scikit-image, the DAG does not)."""
+        """The scoring function, imported on this call: scoring needs numpy and scikit-image, the DAG does not."""
         module, _, attr = self.function.partition(":")
         return getattr(importlib.import_module(module), attr)
 

@@ -251,7 +251,7 @@ def build_model(name: str, scale: str = "demo", in_channels: int = 1, **override
 
     The network's constructor records these kwargs in ``.hparams``. Unknown names, scales and
     override keys raise ``ValueError`` listing the allowed ones. The network's module (torch) is
-    imported now, not when this module is: the names and specs above must not pay for it.
+    imported by this call, not with this module: the names and specs above must not pay for it.
     """
     spec = resolved_spec(name, scale, **overrides)
     spec["in_channels"] = in_channels
