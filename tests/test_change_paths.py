@@ -17,8 +17,6 @@ import pytest
 import yaml
 from conftest import ROOT, SNAKEMAKE
 
-pytestmark = pytest.mark.e2e  # each plans a workflow (a Snakemake dry run of a copy of the repository): ~30 s
-
 COPIED = ("src", "workflow", "Snakefile", "config", "profiles", "envs", "tests/smoke.yaml")
 
 
