@@ -42,7 +42,6 @@ include: "workflow/rules/common.smk"
 wildcard_constraints:
     dataset=one_of(DATASETS),
     method=METHOD_REGEX,
-    ablation=one_of(ABLATIONS),
     level=r"[a-z0-9][a-z0-9_.-]*",
     replicate=r"[1-9][0-9]*",
 
@@ -60,37 +59,11 @@ include: "workflow/rules/report.smk"
 
 
 # Downloads run where Snakemake runs (the network is there, not on compute nodes); so do light
-# bookkeeping and plotting jobs. Jobs that read every restored image (edge_band) are cluster jobs.
-localrules:
-    all,
-    bbbc006_plane,
-    bbbc006_labels,
-    paired_source,
-    official_checkpoint,
-    bbbc006_authors_archive,
-    bbbc006_broad_names,
-    reproduction_table,
-    report_authors,
-    authors,
-    operators,
-    synthetic,
-    nonblind,
-    table_operators,
-    table_synthetic,
-    table_nonblind,
-    table_robustness,
-    table_ablation,
-    table_experiment,
-    claims,
-    edge_band_definition,
-    figure_visual,
-    figure_error_difference,
-    figure_training_curves,
-    figure_synthetic,
-    figure_psnr_params,
-    runtime_memory,
-    analysis,
-    report,
+# bookkeeping and plotting jobs: the rules src/dgno/workflow/resources.py marks `local` (the parser's
+# `localrules:` takes literal names only; this is the call it makes).
+defined = {r.name for r in workflow.rules}
+local = [name for name in dgno_resources.local_rules(defined) if name in defined]
+workflow.localrules(*local)
 
 
 rule all:

@@ -3,7 +3,7 @@
 Read from the source (``ast``), nothing is imported. The layers, lowest first; a module may import its
 own layer and the layers below it:
 
-    foundation (io, choices, provenance, metrics, lpips_offline, stats) → optics → data → layers → models
+    foundation (io, choices, provenance, metric_spec, metrics, lpips_offline, stats) → optics → data → layers → models
     → checkpoint → train, inference → experiments, analysis → report → workflow (config, resources, jobenv, plan)
     → cli (cli, commands)
 
@@ -32,7 +32,7 @@ PACKAGE = SRC / "dgno"
 BENCHMARKS = ROOT / "benchmarks"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("dgno", "dgno.io", "dgno.choices", "dgno.provenance", "dgno.metrics", "dgno.lpips_offline", "dgno.stats")),
+    ("foundation", ("dgno", "dgno.io", "dgno.choices", "dgno.provenance", "dgno.metric_spec", "dgno.metrics", "dgno.lpips_offline", "dgno.stats")),
     ("optics", ("dgno.optics",)),
     ("data", ("dgno.data",)),
     ("layers", ("dgno.layers",)),

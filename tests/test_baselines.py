@@ -10,11 +10,9 @@ import torch
 from torch.testing import assert_close
 
 from dgno.layers.blocks import make_encoder_block
-from dgno.models.baselines import NETWORKS
 from dgno.models.gkmnet import GaussianBank, gaussian_bank_1d
-from dgno.models.lifting import LIFTING_MODELS
 from dgno.models.mpt import PAPER_FACTORS, CrossScaleWindowAttention, heads_for
-from dgno.models.registry import LIFTING_BLOCKS, MPT_PAPER_FACTORS, build_model, list_models, model_spec
+from dgno.models.registry import BASELINES, DGNO_FAMILY, LIFTING_BLOCKS, MPT_PAPER_FACTORS, build_model, list_models, model_spec
 
 # spandrel's NAFNet LayerNorm backward still uses ctx.saved_variables (its code, not ours)
 pytestmark = pytest.mark.filterwarnings("ignore:'saved_variables' is deprecated:DeprecationWarning")
@@ -31,11 +29,14 @@ def test_registry_lists_every_baseline():
             model_spec(name, scale)  # raises ValueError when a scale is missing
 
 
-def test_every_registry_name_has_its_network_and_the_copied_tables_agree():
-    """The registry's specs are plain data (no torch); the networks and two constants live beside the
-    network code. A name without a network, or a copy that drifted, would only fail when built."""
-    assert set(NETWORKS) == set(list_models())
-    assert LIFTING_BLOCKS == LIFTING_MODELS
+def test_every_registry_entry_names_its_network_and_each_family_has_its_table():
+    """One entry per name holds the network and its sizes (plain data, no torch); the network is imported
+    only when built. A name whose network does not resolve would only fail when built."""
+    assert set(DGNO_FAMILY) | set(BASELINES) == set(list_models()) and not set(DGNO_FAMILY) & set(BASELINES)
+    for entry in (*DGNO_FAMILY.values(), *BASELINES.values()):
+        assert callable(entry.network_class()), entry.network
+    assert {n for n, e in DGNO_FAMILY.items() if e.network == "dgno.models.dgno:DGNO"} == {"gg", "lg", "dgno-face", "dgno-cell"}
+    assert {n for n, e in DGNO_FAMILY.items() if e.network.startswith("dgno.models.lifting:")} == set(LIFTING_BLOCKS)
     assert model_spec("mpt", "paper")["factors"] == MPT_PAPER_FACTORS == PAPER_FACTORS
 
 
@@ -104,7 +105,7 @@ def test_paper_sizes_match_published_counts():
 
 def test_lifting_models_are_dgno_cell_with_another_encoder_block():
     blocks = {"nafnet-dgno": "NAFBlock", "restormer-dgno": "TransformerBlock", "mpt-dgno": "MPTBlock"}
-    for name, block in LIFTING_MODELS.items():
+    for name, block in LIFTING_BLOCKS.items():
         spec = model_spec(name, "paper")
         assert spec == {**model_spec("dgno-cell", "paper"), "encoder_block": block}
         model = build_model(name, scale="smoke")

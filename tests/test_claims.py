@@ -15,7 +15,7 @@ import yaml
 from dgno.io import replicate_dir
 from dgno.report.claim_measures import Options
 from dgno.report.claims import claims_frame, claims_section, evaluate_claims, expand_claims, measurement_scale, validate_claims
-from dgno.report.tables import load_claims, load_paper_values
+from dgno.report.reading import load_claims, load_paper_values
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = Options(n_resamples=2000)

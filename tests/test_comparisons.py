@@ -13,7 +13,8 @@ import pytest
 
 from dgno.io import replicate_dir, write_json
 from dgno.report.build import build_report
-from dgno.report.comparisons import Resampling, edge_band_stats, read_scores, select_replicates, stardist_stats, table_spec, table_stats
+from dgno.report.comparisons import Resampling, edge_band_stats, select_replicates, stardist_stats, table_spec, table_stats
+from dgno.report.reading import read_scores
 from dgno.workflow.config import validate_config
 
 FAST = Resampling(n_resamples=2000)

@@ -83,7 +83,7 @@ def test_the_evaluate_rule_scores_the_checkpoint_through_a_config_switch():
     raw = {
         "name": "t",
         "seed": 0,
-        "datasets": {"d": {"source": "demo_shapes", "levels": {"s": [1.0, 2.0]}, "train_levels": ["s"], "test_levels": ["s"]}},
+        "datasets": {"d": {"source": "synthetic_shapes", "levels": {"s": [1.0, 2.0]}, "train_levels": ["s"], "test_levels": ["s"]}},
         "methods": {"gg": {"model": "gg"}},
         "train": {},
         "evaluate": {},

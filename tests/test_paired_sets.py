@@ -195,7 +195,7 @@ def test_report_sections_compare_with_paper_or_say_how_to_run():
     dpdd = dict(real_defocus_section("dpdd", cfg, summaries).tables[0].rows)
     mpt = dpdd[cfg["methods"]["mpt"]["label"]][0]
     assert (mpt.measured, mpt.paper) == (25.0, 26.21)  # Table 5's plain MPT row, not Table 1's MPT+EFCR
-    section = main_section(cfg, summaries, ROOT / "no-results")
+    section = main_section("main", cfg, summaries, ROOT / "no-results")
     main = section.tables[0]
     col = main.columns.index(("3dhistech", "psnr"))
     cell = dict(main.rows)["DGNO-Cell"][col]

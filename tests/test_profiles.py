@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 
 import pytest
 import yaml
 from conftest import ROOT, SNAKEMAKE
 
+from dgno.experiments import catalogue
 from dgno.workflow import resources
 
 PROFILES = ["slurm", "slurm-test", "local"]
-GPU_RULES = {name for name, req in resources.PAPER.items() if req.gpu}
+GPU_RULES = set(resources.gpu_rules())
+EXPERIMENT_TARGETS = {e.name for e in catalogue.EXPERIMENTS}  # one aggregate rule per configured experiment (report.smk)
 
 
 def _rules(configfile: str) -> set[str]:
@@ -65,15 +68,22 @@ def rule_blocks() -> dict[str, str]:
 @pytest.mark.slow
 def test_every_rule_declares_threads_memory_runtime_and_gpu_from_the_table(rule_names):
     blocks = rule_blocks()
-    assert set(blocks) == rule_names - {"all"}
+    assert set(blocks) == rule_names - {"all"} - EXPERIMENT_TARGETS
     runs = {name for name, text in blocks.items() if re.search(r"^\s+(script|shell|run):", text, re.M)}
     assert runs == set(resources.PAPER), "src/dgno/workflow/resources.py must list exactly the rules that run something"
     for name in runs:
         text = blocks[name]
-        for line in (f'threads: threads_for("{name}")', f'mem_mb=mem_mb_for("{name}")', f'runtime=runtime_for("{name}")'):
+        for line in (f'threads: threads_for("{name}")', f'**resources_for("{name}")'):
             assert line in text, f"rule {name}: missing `{line}`"
-        assert (f'gpu=gpu_for("{name}")' in text) == (name in GPU_RULES), f"rule {name}: gpu request"
-        assert "gpu=1" not in text and "slurm_partition" not in text, f"rule {name}: GPUs and partitions come from the table and profile"
+        for other in ("mem_mb=", "runtime=", "gpu=", "slurm_partition"):
+            assert other not in text, f"rule {name}: `{other}` — memory, wall time and GPUs come from the table, partitions from the profile"
+
+
+def test_a_rules_resources_hold_a_gpu_only_for_gpu_work():
+    train = resources.rule_resources("train", "paper", "cuda")
+    assert train["gpu"] == 1 and train["mem_mb"](None, 2) == 2 * resources.request("train", "paper").mem_mb
+    assert resources.rule_resources("train", "demo", "cpu")["gpu"] == 0
+    assert "gpu" not in resources.rule_resources("table", "paper", "cuda")
 
 
 def test_resources_scale_with_the_config_and_the_retry():
@@ -81,9 +91,11 @@ def test_resources_scale_with_the_config_and_the_retry():
     assert resources.mem_mb("train", "paper")(None, 2) == 2 * train.mem_mb
     assert resources.runtime("train", "paper")(None, 3) == 3 * train.runtime_min
     assert resources.request("train", "demo").mem_mb < train.mem_mb and resources.threads("train", "demo") == 1
-    assert resources.gpus("train", "cuda") == 1 and resources.gpus("train", "cpu") == 0 and resources.gpus("table_synthetic", "cuda") == 0
+    assert resources.gpus("train", "cuda") == 1 and resources.gpus("train", "cpu") == 0 and resources.gpus("table", "cuda") == 0
     with pytest.raises(KeyError, match="resources.py"):
         resources.request("no_such_rule", "paper")
+    assert resources.request("figure_of_something", "paper") == resources.FIGURE  # an unlisted plot: a figure's request
+    assert resources.local_rules(["figure_of_something", "no_such_rule", "train"]) == resources.local_rules() + ["figure_of_something"]
 
 
 def test_gpus_only_for_gpu_work_and_on_the_gpu_partition():
@@ -100,10 +112,29 @@ def test_gpus_only_for_gpu_work_and_on_the_gpu_partition():
 
 
 def test_downloads_are_local_rules_and_heavy_jobs_are_not():
+    local = set(resources.local_rules())
+    assert {"bbbc006_plane", "bbbc006_labels", "paired_source", "official_checkpoint", "stardist_pretrained", "table", "report"} <= local
+    assert "edge_band" not in local and not GPU_RULES & local and "train" not in local
+    # the table is the one place: the Snakefile declares exactly its local rules, no rule file adds any
     snakefile = (ROOT / "Snakefile").read_text()
-    block = re.search(r"^localrules:\n((?:    \w+,\n)+)", snakefile, re.M).group(1)
-    local = set(re.findall(r"(\w+),", block))
-    assert {"bbbc006_plane", "bbbc006_labels", "paired_source", "official_checkpoint"} <= local
-    assert "edge_band" not in local and not GPU_RULES & local
-    downstream = (ROOT / "workflow" / "rules" / "downstream.smk").read_text()
-    assert re.search(r"localrules:\s+stardist_pretrained,", downstream)  # the published StarDist model is fetched locally
+    assert "dgno_resources.local_rules(defined)" in snakefile and "workflow.localrules(*local)" in snakefile
+    assert not re.search(r"^\s*localrules:", snakefile, re.M)
+    for path in (ROOT / "workflow" / "rules").glob("*.smk"):
+        assert not re.search(r"^\s*localrules:", path.read_text(), re.M), path.name
+
+
+def test_snakemake_sees_the_tables_local_rules():
+    """Run in this process: the workflow built from the demo config marks exactly the table's local rules
+    (of those it defines) local."""
+    code = (
+        "from pathlib import Path; from snakemake.api import SnakemakeApi; from snakemake.settings import types as t\n"
+        "with SnakemakeApi(t.OutputSettings(quiet={t.Quietness.ALL})) as api:\n"
+        f"    wf = api.workflow(resource_settings=t.ResourceSettings(), config_settings=t.ConfigSettings(configfiles=[Path({str(ROOT / 'config.yaml')!r})]),"
+        f" storage_settings=t.StorageSettings(), workflow_settings=t.WorkflowSettings(), snakefile=Path({str(ROOT / 'Snakefile')!r}), workdir=Path({str(ROOT)!r}))\n"
+        "    w = wf._workflow\n"
+        "    print(sorted(w._localrules)); print(sorted(r.name for r in w.rules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    local, defined = (eval(line) for line in proc.stdout.strip().splitlines()[-2:])  # noqa: S307 (two printed lists)
+    assert set(local) == set(resources.local_rules()) & set(defined)

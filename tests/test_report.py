@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from dgno.report.build import build_report
-from dgno.report.tables import load_paper_values
+from dgno.report.reading import load_paper_values
 from dgno.workflow.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from dgno.checkpoint import pick_device
-from dgno.data import bbbc006, bbbc006_pairing, demo, paired_sets
+from dgno.data import GENERATED_SOURCES, RENAMED_SOURCES, bbbc006, bbbc006_pairing, demo, paired_sets
 from dgno.experiments import nonblind_settings as nonblind
 from dgno.inference.tiling import BLENDS
 from dgno.layers import blocks, flux
@@ -99,7 +99,8 @@ def test_encoder_blocks_are_those_of_the_dg_family():
 
 def test_dataset_sources_and_channels_are_the_readers():
     sources = _enum(*DATASET, "source")
-    expected = {f"demo_{k}" for k in demo.KINDS} | {"seidel", "sigma_map", "bbbc006"} | set(paired_sets.SOURCES)
+    assert set(GENERATED_SOURCES.values()) == set(demo.KINDS) and not set(RENAMED_SOURCES) & set(sources)
+    expected = set(GENERATED_SOURCES) | {"seidel", "sigma_map", "bbbc006"} | set(paired_sets.SOURCES)
     assert set(sources) == expected and len(sources) == len(expected)
     assert workflow_config.PAIRED_SOURCES == paired_sets.SOURCES
     assert _enum(*DATASET, "channel") == list(bbbc006.CHANNELS)

@@ -140,7 +140,8 @@ def test_report_targets_of_the_demo_and_paper_configs(cfg):
     assert len(paper) == len(set(paper))
     assert {f"results/tables/ablation_{a}.csv" for a in ("flux_boundary", "penalty", "element_size_T")} <= set(paper)
     assert {"results/tables/main.csv", "results/tables/lifting.csv", "results/tables/stardist_bbbc006_w1.csv"} <= set(paper)
-    assert "results/eval/realdof/dgno-face/real/summary.json" in paper  # the real-defocus section reads summaries
+    assert {"results/tables/realdof.csv", "results/tables/realdof_stats.csv"} <= set(paper)
+    assert "results/eval/realdof/dgno-face/real/summary.json" in plan.table_summaries(cfg["paper"], "realdof")
     assert "results/figures/training_curves_realdof.png" not in paper  # evaluated with the DPDD models
     assert "results/figures/error_difference_bbbc006_w2.png" not in paper  # no GG method on w2
     assert "results/tables/lam_bbbc006_w1.csv" in targets.analysis_report_inputs(cfg["paper"])
@@ -151,8 +152,9 @@ def test_experiment_summaries_cover_methods_levels_and_the_input_row(cfg):
     assert files == [f"results/eval/nuclei/{m}/z02/summary.json" for m in ("gg", "lg", "dgno-face", "dgno-cell", "input")]
     nonblind = plan.experiment_summaries(cfg["smoke"], "nonblind")
     assert "results/eval/nuclei_seidel/ring/seidel/summary.json" in nonblind
-    robust = plan.robustness_summaries(cfg["smoke"])
+    robust = plan.table_summaries(cfg["smoke"], "robustness")
     assert {f.split("/")[2] for f in robust} == {"nuclei", "nuclei_ood"}
+    assert plan.table_summaries(cfg["smoke"], "operators") == files
 
 
 # --- job settings ------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import sys
 
 from dgno.analysis.runtime import load_bench_results
 from dgno.report.cost_section import findings_table, speed_tables
-from dgno.report.render import load_paper
+from dgno.report.reading import load_paper
 
 
 def cell_text(cell) -> str:

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 
+from dgno.data.check import NAMES as DATA_NAMES
 from dgno.data.check import data_check
 from dgno.io import InputError
 from dgno.report.build import build_report
@@ -165,7 +166,7 @@ def _add_utility_commands(sub) -> None:
     p = sub.add_parser("data", help="dataset utilities")
     data_sub = p.add_subparsers(dest="data_command", required=True)
     q = data_sub.add_parser("check", help="what is present, what is missing and how to get it")
-    q.add_argument("name", choices=["bbbc006", "bbbc006-authors", "3dhistech", "dpdd", "realdof", "demo"], help="bbbc006-authors: the DGNO authors' BBBC006.tar.gz (their split)")
+    q.add_argument("name", choices=DATA_NAMES, help="bbbc006-authors: the DGNO authors' BBBC006.tar.gz (their split)")
     q.add_argument("--root", help="folder to check (default: the dataset's default location)")
     q.set_defaults(func=_cmd_data_check)
 

@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from dgno import metric_spec
 from dgno.analysis.bench import bench_forward, bench_train, write_results
 from dgno.analysis.cost import summary_rows
 from dgno.analysis.lam import image_lam
@@ -61,7 +62,7 @@ def evaluate(args: argparse.Namespace) -> int:
         args.checkpoint, args.data, args.level, args.out, tile=args.tile, overlap=args.overlap, with_lpips=not args.no_lpips,
         tile_batch=args.tile_batch, cuda_graphs=args.cuda_graphs, overlap_io=args.overlap_io,
     )  # fmt: skip
-    keys = ("method", "level", "n_images", "psnr", "ssim", "lpips", "lpips_source", "iteration", "iterations", "in_progress")
+    keys = ("method", "level", "n_images", *metric_spec.summary_columns(), "iteration", "iterations", "in_progress")
     print(json.dumps({k: summary.get(k) for k in keys}, indent=2))
     return 0
 

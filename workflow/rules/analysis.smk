@@ -7,11 +7,7 @@ rule effective_rank:
         unpack(rank_inputs),
     output:
         table="results/tables/effective_rank_{dataset}.csv",
-        figure=report(
-            "results/figures/effective_rank_{dataset}.png",
-            caption="../report/effective_rank.rst",
-            category="GG vs LG vs DGNO",
-        ),
+        figure=figure_output("effective_rank"),
     log:
         "results/logs/effective_rank/{dataset}.log",
     benchmark:
@@ -22,15 +18,14 @@ rule effective_rank:
         "../../envs/dgno.yaml"
     threads: threads_for("effective_rank")
     resources:
-        mem_mb=mem_mb_for("effective_rank"),
-        runtime=runtime_for("effective_rank"),
-        gpu=gpu_for("effective_rank"),
+        **resources_for("effective_rank"),
     params:
         methods=lambda wc: rank_methods(wc.dataset),
         labels=lambda wc: method_labels(rank_methods(wc.dataset)),
         level=lambda wc: rank_level(wc.dataset),
         max_images=config["analysis"]["rank_images"],
         device=config["device"],
+        caption=figure_caption("effective_rank"),
     script:
         "../scripts/effective_rank.py"
 
@@ -40,11 +35,7 @@ rule figure_operators:
         unpack(operator_map_inputs),
     output:
         table="results/tables/operator_maps_{dataset}.csv",
-        figure=report(
-            "results/figures/operators_{dataset}.png",
-            caption="../report/operator_maps.rst",
-            category="GG vs LG vs DGNO",
-        ),
+        figure=figure_output("operator_maps"),
     log:
         "results/logs/figure_operators/{dataset}.log",
     benchmark:
@@ -55,15 +46,14 @@ rule figure_operators:
         "../../envs/dgno.yaml"
     threads: threads_for("figure_operators")
     resources:
-        mem_mb=mem_mb_for("figure_operators"),
-        runtime=runtime_for("figure_operators"),
-        gpu=gpu_for("figure_operators"),
+        **resources_for("figure_operators"),
     params:
         methods=lambda wc: rank_methods(wc.dataset),
         labels=lambda wc: method_labels(rank_methods(wc.dataset)),
         level=lambda wc: rank_level(wc.dataset),
         stat_images=OPERATOR_MAP_IMAGES,
         device=config["device"],
+        caption=figure_caption("operator_maps"),
     script:
         "../scripts/figure_operators.py"
 
@@ -73,11 +63,7 @@ rule figure_lam:
         unpack(lam_inputs),
     output:
         table="results/tables/lam_{dataset}.csv",
-        figure=report(
-            "results/figures/lam_{dataset}.png",
-            caption="../report/lam.rst",
-            category="Interpretability",
-        ),
+        figure=figure_output("lam"),
     log:
         "results/logs/figure_lam/{dataset}.log",
     benchmark:
@@ -88,14 +74,13 @@ rule figure_lam:
         "../../envs/dgno.yaml"
     threads: threads_for("figure_lam")
     resources:
-        mem_mb=mem_mb_for("figure_lam"),
-        runtime=runtime_for("figure_lam"),
-        gpu=gpu_for("figure_lam"),
+        **resources_for("figure_lam"),
     params:
         lam=canonical(LAM),  # the experiment's settings, defaults filled in by the schema
         labels=method_labels(LAM.get("methods", [])),
         level=lambda wc: lam_level(wc.dataset),
         device=config["device"],
+        caption=figure_caption("lam"),
     script:
         "../scripts/figure_lam.py"
 
@@ -103,11 +88,7 @@ rule figure_lam:
 rule cost_vs_resolution:
     output:
         table="results/tables/cost_vs_resolution.csv",
-        figure=report(
-            "results/figures/cost_vs_resolution.png",
-            caption="../report/cost_vs_resolution.rst",
-            category="Model cost",
-        ),
+        figure=figure_output("cost_vs_resolution"),
     log:
         "results/logs/tables/cost_vs_resolution.log",
     benchmark:
@@ -116,15 +97,14 @@ rule cost_vs_resolution:
         "../../envs/dgno.yaml"
     threads: threads_for("cost_vs_resolution")
     resources:
-        mem_mb=mem_mb_for("cost_vs_resolution"),
-        runtime=runtime_for("cost_vs_resolution"),
-        gpu=gpu_for("cost_vs_resolution"),
+        **resources_for("cost_vs_resolution"),
     params:
         methods=canonical({m: config["methods"][m] for m in COST_METHODS}),
         labels=method_labels(COST_METHODS),
         sizes=config["analysis"]["cost_sizes"],
         scale=config["analysis"]["cost_scale"] or config["scale"],
         device=config["device"],
+        caption=figure_caption("cost_vs_resolution"),
     script:
         "../scripts/cost_vs_resolution.py"
 
@@ -135,19 +115,14 @@ rule figure_psnr_params:
         model_summary="results/tables/model_summary.csv",
     output:
         table="results/tables/psnr_vs_params.csv",
-        figure=report(
-            "results/figures/psnr_vs_params.png",
-            caption="../report/psnr_vs_params.rst",
-            category="Model cost",
-        ),
+        figure=figure_output("psnr_vs_params"),
     log:
         "results/logs/figures/psnr_vs_params.log",
     conda:
         "../../envs/report.yaml"
     threads: threads_for("figure_psnr_params")
     resources:
-        mem_mb=mem_mb_for("figure_psnr_params"),
-        runtime=runtime_for("figure_psnr_params"),
+        **resources_for("figure_psnr_params"),
     params:
         dataset=main_dataset(),
         levels=table_levels(main_dataset()) if main_dataset() else [],
@@ -173,6 +148,7 @@ rule figure_psnr_params:
             if main_dataset()
             else None
         ),
+        caption=figure_caption("psnr_vs_params"),
     script:
         "../scripts/figure_psnr_params.py"
 
@@ -182,19 +158,16 @@ rule runtime_memory:
         BENCH_FILES,
     output:
         table="results/tables/runtime_memory.csv",
-        figure=report(
-            "results/figures/runtime_memory.png",
-            caption="../report/runtime_memory.rst",
-            category="Model cost",
-        ),
+        figure=figure_output("runtime_memory"),
     log:
         "results/logs/figures/runtime_memory.log",
     conda:
         "../../envs/report.yaml"
     threads: threads_for("runtime_memory")
     resources:
-        mem_mb=mem_mb_for("runtime_memory"),
-        runtime=runtime_for("runtime_memory"),
+        **resources_for("runtime_memory"),
+    params:
+        caption=figure_caption("runtime_memory"),
     script:
         "../scripts/runtime_memory.py"
 

@@ -13,8 +13,7 @@ rule bbbc006_authors_archive:
         "../../envs/dgno.yaml"
     threads: threads_for("bbbc006_authors_archive")
     resources:
-        mem_mb=mem_mb_for("bbbc006_authors_archive"),
-        runtime=runtime_for("bbbc006_authors_archive"),
+        **resources_for("bbbc006_authors_archive"),
     params:
         url=config["downloads"]["bbbc006_authors_url"],
         retries=config["downloads"]["retries"],
@@ -31,8 +30,7 @@ rule bbbc006_broad_names:
         "../../envs/dgno.yaml"
     threads: threads_for("bbbc006_broad_names")
     resources:
-        mem_mb=mem_mb_for("bbbc006_broad_names"),
-        runtime=runtime_for("bbbc006_broad_names"),
+        **resources_for("bbbc006_broad_names"),
     params:
         base_url=config["downloads"]["bbbc006_url"],
         retries=config["downloads"]["retries"],
@@ -54,9 +52,7 @@ rule evaluate_gumbel:
         "../../envs/dgno.yaml"
     threads: threads_for("evaluate_gumbel")
     resources:
-        mem_mb=mem_mb_for("evaluate_gumbel"),
-        runtime=runtime_for("evaluate_gumbel"),
-        gpu=gpu_for("evaluate_gumbel"),
+        **resources_for("evaluate_gumbel"),
     params:
         evaluate=gumbel_settings(),
         device=config["device"],
@@ -77,8 +73,7 @@ rule stardist_authors:
         "../../envs/stardist.yaml"
     threads: threads_for("stardist_authors")
     resources:
-        mem_mb=mem_mb_for("stardist_authors"),
-        runtime=runtime_for("stardist_authors"),
+        **resources_for("stardist_authors"),
     params:
         level=config["experiments"].get("stardist", {}).get("level"),
         methods=reproduction.methods(config),
@@ -101,8 +96,7 @@ rule reproduction_table:
         "../../envs/report.yaml"
     threads: threads_for("reproduction_table")
     resources:
-        mem_mb=mem_mb_for("reproduction_table"),
-        runtime=runtime_for("reproduction_table"),
+        **resources_for("reproduction_table"),
     params:
         settings=reproduction_settings(),
     script:
@@ -120,8 +114,7 @@ rule report_authors:
         "../../envs/report.yaml"
     threads: threads_for("report_authors")
     resources:
-        mem_mb=mem_mb_for("report_authors"),
-        runtime=runtime_for("report_authors"),
+        **resources_for("report_authors"),
     script:
         "../scripts/report.py"
 

@@ -18,8 +18,7 @@ rule sigma_blur:
         "../../envs/dgno.yaml"
     threads: threads_for("sigma_blur")
     resources:
-        mem_mb=mem_mb_for("sigma_blur"),
-        runtime=runtime_for("sigma_blur"),
+        **resources_for("sigma_blur"),
     params:
         sigma_range=lambda wc: config["datasets"][wc.dataset]["levels"][wc.level],
         correlation_length=lambda wc: config["datasets"][wc.dataset][
@@ -46,8 +45,7 @@ rule sigma_sharp:
         "../../envs/dgno.yaml"
     threads: threads_for("sigma_sharp")
     resources:
-        mem_mb=mem_mb_for("sigma_sharp"),
-        runtime=runtime_for("sigma_sharp"),
+        **resources_for("sigma_sharp"),
     params:
         seed=config["seed"],
     script:

@@ -6,6 +6,8 @@ import functools
 from glob import glob
 from pathlib import Path
 
+from dgno.data import GENERATED_SOURCES
+from dgno.experiments import catalogue
 from dgno.report import comparisons
 from dgno.workflow import plan
 from dgno.workflow import reproduction
@@ -35,7 +37,6 @@ RAW = config["downloads"]["raw_dir"]
 METHODS = list(config["methods"])
 METHOD_REGEX = plan.method_regex(METHODS)
 EXPERIMENTS = config["experiments"]
-ABLATIONS = config["ablation_runs"]
 DECONVOLUTION = EXPERIMENTS.get("nonblind", {}).get("deconvolution", [])
 STARDIST_MODEL = EXPERIMENTS.get("stardist", {}).get("model", "pretrained")
 COST_METHODS = plan.cost_methods(config)
@@ -47,21 +48,30 @@ BENCH_FILES = sorted(glob("benchmarks/results/*.json"))
 
 
 # Threads, memory, wall time and GPU per workflow step come from one table (dgno.workflow.resources),
-# scaled by `scale` (paper or demo); memory and wall time grow with the retry `attempt`.
+# scaled by `scale` (paper or demo); memory and wall time grow with the retry `attempt`. A rule says
+# `threads: threads_for("<rule>")` and `resources: **resources_for("<rule>")`.
 def threads_for(name):
     return dgno_resources.threads(name, config["scale"])
 
 
-def mem_mb_for(name):
-    return dgno_resources.mem_mb(name, config["scale"])
+def resources_for(name):
+    return dgno_resources.rule_resources(name, config["scale"], config["device"])
 
 
-def runtime_for(name):
-    return dgno_resources.runtime(name, config["scale"])
+# Every results table and the figures of the report's sections have one path, in the experiments'
+# catalogue (dgno.experiments.catalogue); their rules take it, the caption and the category from there.
+TABLES = catalogue.tables(config)
 
 
-def gpu_for(name):
-    return dgno_resources.gpus(name, config["device"])
+def figure_output(key):
+    """A catalogue figure as a rule's output, marked for Snakemake's report (caption: params.caption)."""
+    fig = catalogue.FIGURES[key]
+    return report(fig.path, caption="../report/figure.rst", category=fig.category)
+
+
+def figure_caption(key):
+    """The caption of a catalogue figure for params.caption (its {dataset} filled per job)."""
+    return lambda wc: catalogue.figure_caption(key, wc.get("dataset"))
 
 
 # --- dgno.workflow functions bound to this config (called in rules with the remaining arguments) ---
@@ -86,8 +96,9 @@ rank_level = functools.partial(plan.rank_level, config)
 lam_level = functools.partial(plan.lam_level, config)
 main_dataset = functools.partial(plan.main_dataset, config)
 paper_cost_methods = functools.partial(plan.paper_cost_methods, config)
-robustness_summaries = functools.partial(plan.robustness_summaries, config)
+table_summaries = functools.partial(plan.table_summaries, config)
 report_inputs = functools.partial(targets.report_inputs, config)
+experiment_targets = functools.partial(targets.experiment_targets, config)
 analysis_report_inputs = functools.partial(
     targets.analysis_report_inputs, config, BENCH_FILES
 )
@@ -109,6 +120,10 @@ per_image_files = plan.per_image_files
 def table_spec(table):
     """What one results table compares (dgno.report.comparisons.table_spec), key-sorted for params."""
     return canonical(comparisons.table_spec(config, table))
+
+
+def table_caption(table):
+    return catalogue.table_caption(config, table)
 
 
 # --- input functions and params of wildcards ----------------------------------------------------
@@ -189,10 +204,6 @@ def keep_restored(wildcards):
 
 def stardist_inputs(wildcards):
     return plan.stardist_inputs(config)
-
-
-def ablation_summaries(wildcards):
-    return plan.ablation_summaries(config, wildcards.ablation)
 
 
 def rank_inputs(wildcards):

@@ -14,10 +14,9 @@ rule sharp_images:
         "../../envs/dgno.yaml"
     threads: threads_for("sharp_images")
     resources:
-        mem_mb=mem_mb_for("sharp_images"),
-        runtime=runtime_for("sharp_images"),
+        **resources_for("sharp_images"),
     params:
-        kind=lambda wc: config["datasets"][wc.dataset]["source"].removeprefix("demo_"),
+        kind=lambda wc: GENERATED_SOURCES[config["datasets"][wc.dataset]["source"]],
         size=lambda wc: config["datasets"][wc.dataset]["size"],
         counts=lambda wc: {
             k: config["datasets"][wc.dataset][k]
@@ -40,8 +39,7 @@ rule bbbc006_plane:
         "../../envs/dgno.yaml"
     threads: threads_for("bbbc006_plane")
     resources:
-        mem_mb=mem_mb_for("bbbc006_plane"),
-        runtime=runtime_for("bbbc006_plane"),
+        **resources_for("bbbc006_plane"),
     params:
         base_url=config["downloads"]["bbbc006_url"],
         retries=config["downloads"]["retries"],
@@ -58,8 +56,7 @@ rule bbbc006_labels:
         "../../envs/dgno.yaml"
     threads: threads_for("bbbc006_labels")
     resources:
-        mem_mb=mem_mb_for("bbbc006_labels"),
-        runtime=runtime_for("bbbc006_labels"),
+        **resources_for("bbbc006_labels"),
     params:
         base_url=config["downloads"]["bbbc006_url"],
         retries=config["downloads"]["retries"],
@@ -84,8 +81,7 @@ rule bbbc006_prepare:
         "../../envs/dgno.yaml"
     threads: threads_for("bbbc006_prepare")
     resources:
-        mem_mb=mem_mb_for("bbbc006_prepare"),
-        runtime=runtime_for("bbbc006_prepare"),
+        **resources_for("bbbc006_prepare"),
     params:
         dataset=bbbc006_settings,
         seed=config["seed"],
@@ -105,8 +101,7 @@ rule paired_source:
         "../../envs/dgno.yaml"
     threads: threads_for("paired_source")
     resources:
-        mem_mb=mem_mb_for("paired_source"),
-        runtime=runtime_for("paired_source"),
+        **resources_for("paired_source"),
     params:
         dataset=dataset_cfg,
         url=paired_url,
@@ -132,8 +127,7 @@ rule paired_prepare:
         "../../envs/dgno.yaml"
     threads: threads_for("paired_prepare")
     resources:
-        mem_mb=mem_mb_for("paired_prepare"),
-        runtime=runtime_for("paired_prepare"),
+        **resources_for("paired_prepare"),
     params:
         dataset=dataset_cfg,
     script:

@@ -15,8 +15,7 @@ rule seidel_calibration:
         "../../envs/dgno.yaml"
     threads: threads_for("seidel_calibration")
     resources:
-        mem_mb=mem_mb_for("seidel_calibration"),
-        runtime=runtime_for("seidel_calibration"),
+        **resources_for("seidel_calibration"),
     params:
         seidel=lambda wc: canonical(config["datasets"][wc.dataset].get("seidel", {})),
         image_size=seidel_image_size,
@@ -44,9 +43,7 @@ rule seidel_blur:
         "../../envs/dgno.yaml"
     threads: threads_for("seidel_blur")
     resources:
-        mem_mb=mem_mb_for("seidel_blur"),
-        runtime=runtime_for("seidel_blur"),
-        gpu=gpu_for("seidel_blur"),
+        **resources_for("seidel_blur"),
     params:
         seidel=seidel_data_settings,
         seed=config["seed"],
@@ -77,8 +74,7 @@ rule deconvolve:
         "../../envs/dgno.yaml"
     threads: threads_for("deconvolve")
     resources:
-        mem_mb=mem_mb_for("deconvolve"),
-        runtime=runtime_for("deconvolve"),
+        **resources_for("deconvolve"),
     params:
         evaluate=canonical(
             {k: config["evaluate"][k] for k in ("tile", "overlap", "lpips")}
@@ -109,9 +105,7 @@ rule deconvolve_ring:
         "../../envs/dgno.yaml"
     threads: threads_for("deconvolve_ring")
     resources:
-        mem_mb=mem_mb_for("deconvolve_ring"),
-        runtime=runtime_for("deconvolve_ring"),
-        gpu=gpu_for("deconvolve_ring"),
+        **resources_for("deconvolve_ring"),
     params:
         evaluate=canonical(
             {k: config["evaluate"][k] for k in ("tile", "overlap", "lpips")}
@@ -137,9 +131,7 @@ rule nonblind_sensitivity:
         "../../envs/dgno.yaml"
     threads: threads_for("nonblind_sensitivity")
     resources:
-        mem_mb=mem_mb_for("nonblind_sensitivity"),
-        runtime=runtime_for("nonblind_sensitivity"),
-        gpu=gpu_for("nonblind_sensitivity"),
+        **resources_for("nonblind_sensitivity"),
     params:
         deconv=deconv_settings(),
         deconvolution=DECONVOLUTION,

@@ -6,9 +6,6 @@
 
 if STARDIST_MODEL == "pretrained":
 
-    localrules:
-        stardist_pretrained,
-
     rule stardist_pretrained:
         output:
             "results/stardist/{dataset}/model.json",
@@ -18,8 +15,7 @@ if STARDIST_MODEL == "pretrained":
             "../../envs/stardist.yaml"
         threads: threads_for("stardist_pretrained")
         resources:
-            mem_mb=mem_mb_for("stardist_pretrained"),
-            runtime=runtime_for("stardist_pretrained"),
+            **resources_for("stardist_pretrained"),
         params:
             spec=canonical(config["experiments"].get("stardist", {})),
         script:
@@ -41,8 +37,7 @@ else:
             "../../envs/stardist.yaml"
         threads: threads_for("train_stardist")
         resources:
-            mem_mb=mem_mb_for("train_stardist"),
-            runtime=runtime_for("train_stardist"),
+            **resources_for("train_stardist"),
         params:
             spec=canonical(config["experiments"].get("stardist", {})),
             seed=config["seed"],
@@ -69,8 +64,7 @@ rule stardist_ap:
         "../../envs/stardist.yaml"
     threads: threads_for("stardist_ap")
     resources:
-        mem_mb=mem_mb_for("stardist_ap"),
-        runtime=runtime_for("stardist_ap"),
+        **resources_for("stardist_ap"),
     params:
         spec=canonical(config["experiments"].get("stardist", {})),
         resampling=resampling,

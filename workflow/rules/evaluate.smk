@@ -17,9 +17,7 @@ rule evaluate:
         "../../envs/dgno.yaml"
     threads: threads_for("evaluate")
     resources:
-        mem_mb=mem_mb_for("evaluate"),
-        runtime=runtime_for("evaluate"),
-        gpu=gpu_for("evaluate"),
+        **resources_for("evaluate"),
     params:
         evaluate=settings.evaluate_settings(config),
         keep_restored=keep_restored,
@@ -41,8 +39,7 @@ rule evaluate_input:
         "../../envs/dgno.yaml"
     threads: threads_for("evaluate_input")
     resources:
-        mem_mb=mem_mb_for("evaluate_input"),
-        runtime=runtime_for("evaluate_input"),
+        **resources_for("evaluate_input"),
     params:
         evaluate=canonical(
             {k: config["evaluate"][k] for k in ("tile", "overlap", "blend", "lpips")}
@@ -69,9 +66,7 @@ use rule evaluate as evaluate_replicate with:
         "results/benchmarks/evaluate/{dataset}/{method}/seed={replicate}/{level}.tsv"
     threads: threads_for("evaluate_replicate")
     resources:
-        mem_mb=mem_mb_for("evaluate_replicate"),
-        runtime=runtime_for("evaluate_replicate"),
-        gpu=gpu_for("evaluate_replicate"),
+        **resources_for("evaluate_replicate"),
     params:
         keep_restored=lambda wc: edge_band_reads(wc.dataset, wc.method, wc.level),
         replicate=lambda wc: int(wc.replicate),

@@ -13,8 +13,7 @@ rule official_checkpoint:
         "../../envs/dgno.yaml"
     threads: threads_for("official_checkpoint")
     resources:
-        mem_mb=mem_mb_for("official_checkpoint"),
-        runtime=runtime_for("official_checkpoint"),
+        **resources_for("official_checkpoint"),
     params:
         url=lambda wc: config["downloads"]["official_url"] + f"{wc.name}.pth",
         sha256=lambda wc: config["downloads"]["official_sha256"].get(wc.name),
@@ -34,8 +33,7 @@ rule import_official:
         "../../envs/dgno.yaml"
     threads: threads_for("import_official")
     resources:
-        mem_mb=mem_mb_for("import_official"),
-        runtime=runtime_for("import_official"),
+        **resources_for("import_official"),
     params:
         options=official_options,
     script:

@@ -1,169 +1,31 @@
 # Stage 7: tables, figures and the standalone HTML report.
 
 
-rule table_operators:
+# Every results table: an experiment's (dgno.experiments.catalogue) or an ablation grid's
+# (ablation_<name>); what it compares, its caption and category come from the catalogue.
+rule table:
     input:
-        summaries=(
-            experiment_summaries("operators") if "operators" in EXPERIMENTS else []
-        ),
-        per_image=per_image_files(
-            experiment_summaries("operators") if "operators" in EXPERIMENTS else []
-        ),
+        summaries=lambda wc: table_summaries(wc.table),
+        per_image=lambda wc: per_image_files(table_summaries(wc.table)),
     output:
         table=report(
-            "results/tables/operators.csv",
-            caption="../report/operators.rst",
-            category="GG vs LG vs DGNO",
+            catalogue.TABLE,
+            caption="../report/table.rst",
+            category=lambda wc: catalogue.table_category(wc.table),
         ),
-        stats="results/tables/operators_stats.csv",
+        stats=catalogue.TABLE_STATS,
     log:
-        "results/logs/tables/operators.log",
-    conda:
-        "../../envs/report.yaml"
-    threads: threads_for("table_operators")
-    resources:
-        mem_mb=mem_mb_for("table_operators"),
-        runtime=runtime_for("table_operators"),
-    params:
-        spec=table_spec("operators") if "operators" in EXPERIMENTS else {},
-        resampling=resampling,
-    script:
-        "../scripts/table.py"
-
-
-rule table_synthetic:
-    input:
-        summaries=(
-            experiment_summaries("synthetic") if "synthetic" in EXPERIMENTS else []
-        ),
-        per_image=per_image_files(
-            experiment_summaries("synthetic") if "synthetic" in EXPERIMENTS else []
-        ),
-    output:
-        table=report(
-            "results/tables/synthetic.csv",
-            caption="../report/synthetic.rst",
-            category="Controlled synthetic experiment",
-        ),
-        stats="results/tables/synthetic_stats.csv",
-    log:
-        "results/logs/tables/synthetic.log",
-    conda:
-        "../../envs/report.yaml"
-    threads: threads_for("table_synthetic")
-    resources:
-        mem_mb=mem_mb_for("table_synthetic"),
-        runtime=runtime_for("table_synthetic"),
-    params:
-        spec=table_spec("synthetic") if "synthetic" in EXPERIMENTS else {},
-        resampling=resampling,
-    script:
-        "../scripts/table.py"
-
-
-rule table_nonblind:
-    input:
-        summaries=experiment_summaries("nonblind") if "nonblind" in EXPERIMENTS else [],
-        per_image=per_image_files(
-            experiment_summaries("nonblind") if "nonblind" in EXPERIMENTS else []
-        ),
-    output:
-        table=report(
-            "results/tables/nonblind.csv",
-            caption="../report/nonblind.rst",
-            category="Non-blind comparison",
-        ),
-        stats="results/tables/nonblind_stats.csv",
-    log:
-        "results/logs/tables/nonblind.log",
-    conda:
-        "../../envs/report.yaml"
-    threads: threads_for("table_nonblind")
-    resources:
-        mem_mb=mem_mb_for("table_nonblind"),
-        runtime=runtime_for("table_nonblind"),
-    params:
-        spec=table_spec("nonblind") if "nonblind" in EXPERIMENTS else {},
-        resampling=resampling,
-    script:
-        "../scripts/table.py"
-
-
-rule table_robustness:
-    input:
-        summaries=robustness_summaries(),
-        per_image=per_image_files(robustness_summaries()),
-    output:
-        table=report(
-            "results/tables/robustness.csv",
-            caption="../report/robustness.rst",
-            category="Robustness",
-        ),
-        stats="results/tables/robustness_stats.csv",
-    log:
-        "results/logs/tables/robustness.log",
-    conda:
-        "../../envs/report.yaml"
-    threads: threads_for("table_robustness")
-    resources:
-        mem_mb=mem_mb_for("table_robustness"),
-        runtime=runtime_for("table_robustness"),
-    params:
-        spec=table_spec("robustness") if "robustness" in EXPERIMENTS else {},
-        resampling=resampling,
-    script:
-        "../scripts/table.py"
-
-
-rule table_experiment:
-    input:
-        summaries=lambda wc: experiment_summaries(wc.experiment),
-        per_image=lambda wc: per_image_files(experiment_summaries(wc.experiment)),
-    output:
-        table=report(
-            "results/tables/{experiment}.csv",
-            caption="../report/experiment.rst",
-            category="Main results",
-        ),
-        stats="results/tables/{experiment}_stats.csv",
-    log:
-        "results/logs/tables/{experiment}.log",
+        catalogue.TABLE_LOG,
     wildcard_constraints:
-        experiment="main|lifting|defocus|synthetic_bbbc006|dpdd|realdof",
+        table=one_of(TABLES),
     conda:
         "../../envs/report.yaml"
-    threads: threads_for("table_experiment")
+    threads: threads_for("table")
     resources:
-        mem_mb=mem_mb_for("table_experiment"),
-        runtime=runtime_for("table_experiment"),
+        **resources_for("table"),
     params:
-        spec=lambda wc: table_spec(wc.experiment),
-        resampling=resampling,
-    script:
-        "../scripts/table.py"
-
-
-rule table_ablation:
-    input:
-        summaries=ablation_summaries,
-        per_image=lambda wc: per_image_files(ablation_summaries(wc)),
-    output:
-        table=report(
-            "results/tables/ablation_{ablation}.csv",
-            caption="../report/ablation.rst",
-            category="Ablations",
-        ),
-        stats="results/tables/ablation_{ablation}_stats.csv",
-    log:
-        "results/logs/tables/ablation_{ablation}.log",
-    conda:
-        "../../envs/report.yaml"
-    threads: threads_for("table_ablation")
-    resources:
-        mem_mb=mem_mb_for("table_ablation"),
-        runtime=runtime_for("table_ablation"),
-    params:
-        spec=lambda wc: table_spec(f"ablation_{wc.ablation}"),
+        spec=lambda wc: table_spec(wc.table),
+        caption=lambda wc: table_caption(wc.table),
         resampling=resampling,
     script:
         "../scripts/table.py"
@@ -176,19 +38,14 @@ rule edge_band:
         table="results/tables/edge_band_{dataset}.csv",
         per_image="results/tables/edge_band_{dataset}_per_image.csv",
         stats="results/tables/edge_band_{dataset}_stats.csv",
-        figure=report(
-            "results/figures/edge_band_{dataset}.png",
-            caption="../report/edge_band.rst",
-            category="Boundary analysis",
-        ),
+        figure=figure_output("edge_band"),
     log:
         "results/logs/edge_band/{dataset}.log",
     conda:
         "../../envs/report.yaml"
     threads: threads_for("edge_band")
     resources:
-        mem_mb=mem_mb_for("edge_band"),
-        runtime=runtime_for("edge_band"),
+        **resources_for("edge_band"),
     params:
         methods=lambda wc: experiment_methods(wc.dataset),
         labels=lambda wc: method_labels(experiment_methods(wc.dataset)),
@@ -197,6 +54,7 @@ rule edge_band:
         replicates=lambda wc: edge_band_replicates(wc.dataset),
         versus=lambda wc: edge_band_versus(wc.dataset),
         resampling=resampling,
+        caption=figure_caption("edge_band"),
     script:
         "../scripts/edge_band.py"
 
@@ -210,8 +68,7 @@ rule edge_band_definition:
         "../../envs/report.yaml"
     threads: threads_for("edge_band_definition")
     resources:
-        mem_mb=mem_mb_for("edge_band_definition"),
-        runtime=runtime_for("edge_band_definition"),
+        **resources_for("edge_band_definition"),
     params:
         band_width_px=config["evaluate"]["edge_band_px"],
     script:
@@ -226,23 +83,19 @@ rule figure_visual:
             table_levels(wc.dataset)[:1],
         ),
     output:
-        report(
-            "results/figures/visual_{dataset}.png",
-            caption="../report/visual.rst",
-            category="Visual comparisons",
-        ),
+        figure_output("visual"),
     log:
         "results/logs/figures/visual_{dataset}.log",
     conda:
         "../../envs/report.yaml"
     threads: threads_for("figure_visual")
     resources:
-        mem_mb=mem_mb_for("figure_visual"),
-        runtime=runtime_for("figure_visual"),
+        **resources_for("figure_visual"),
     params:
         methods=lambda wc: figure_rows(wc.dataset),
         level=lambda wc: table_levels(wc.dataset)[0],
         n_images=config["evaluate"]["figure_images"],
+        caption=figure_caption("visual"),
     script:
         "../scripts/figure_visual.py"
 
@@ -255,23 +108,19 @@ rule figure_error_difference:
             table_levels(wc.dataset),
         ),
     output:
-        report(
-            "results/figures/error_difference_{dataset}.png",
-            caption="../report/error_difference.rst",
-            category="Boundary analysis",
-        ),
+        figure_output("error_difference"),
     log:
         "results/logs/figures/error_difference_{dataset}.log",
     conda:
         "../../envs/report.yaml"
     threads: threads_for("figure_error_difference")
     resources:
-        mem_mb=mem_mb_for("figure_error_difference"),
-        runtime=runtime_for("figure_error_difference"),
+        **resources_for("figure_error_difference"),
     params:
         pair=lambda wc: gg_dg_pair(experiment_methods(wc.dataset)),
         level=lambda wc: table_levels(wc.dataset)[0],
         band_width_px=config["evaluate"]["edge_band_px"],
+        caption=figure_caption("error_difference"),
     script:
         "../scripts/figure_error_difference.py"
 
@@ -280,22 +129,18 @@ rule figure_training_curves:
     input:
         lambda wc: training_curves(wc.dataset),
     output:
-        report(
-            "results/figures/training_curves_{dataset}.png",
-            caption="../report/training_curves.rst",
-            category="Training",
-        ),
+        figure_output("training_curves"),
     log:
         "results/logs/figures/training_curves_{dataset}.log",
     conda:
         "../../envs/report.yaml"
     threads: threads_for("figure_training_curves")
     resources:
-        mem_mb=mem_mb_for("figure_training_curves"),
-        runtime=runtime_for("figure_training_curves"),
+        **resources_for("figure_training_curves"),
     params:
         labels=lambda wc: method_labels(experiment_methods(wc.dataset)),
         stats=canonical(config["stats"]),
+        caption=figure_caption("training_curves"),
     script:
         "../scripts/figure_training_curves.py"
 
@@ -312,21 +157,17 @@ rule figure_synthetic:
             else []
         ),
     output:
-        report(
-            "results/figures/synthetic_psnr.png",
-            caption="../report/synthetic_psnr.rst",
-            category="Controlled synthetic experiment",
-        ),
+        figure_output("synthetic_psnr"),
     log:
         "results/logs/figures/synthetic_psnr.log",
     conda:
         "../../envs/report.yaml"
     threads: threads_for("figure_synthetic")
     resources:
-        mem_mb=mem_mb_for("figure_synthetic"),
-        runtime=runtime_for("figure_synthetic"),
+        **resources_for("figure_synthetic"),
     params:
         labels=method_labels(METHODS),
+        caption=figure_caption("synthetic_psnr"),
     script:
         "../scripts/figure_synthetic.py"
 
@@ -335,11 +176,7 @@ rule figure_nonblind_sensitivity:
     input:
         "results/nonblind/{dataset}/sensitivity.csv",
     output:
-        report(
-            "results/figures/nonblind_sensitivity_{dataset}.png",
-            caption="../report/nonblind_sensitivity.rst",
-            category="Non-blind comparison",
-        ),
+        figure_output("nonblind_sensitivity"),
     log:
         "results/logs/figures/nonblind_sensitivity_{dataset}.log",
     wildcard_constraints:
@@ -348,14 +185,14 @@ rule figure_nonblind_sensitivity:
         "../../envs/report.yaml"
     threads: threads_for("figure_nonblind_sensitivity")
     resources:
-        mem_mb=mem_mb_for("figure_nonblind_sensitivity"),
-        runtime=runtime_for("figure_nonblind_sensitivity"),
+        **resources_for("figure_nonblind_sensitivity"),
     params:
         labels={**method_labels(METHODS), **DECONV_LABELS, "input": "Blurred input"},
         read_sigma=lambda wc: config["datasets"][wc.dataset]
         .get("seidel", {})
         .get("noise", {})
         .get("read_sigma"),
+        caption=figure_caption("nonblind_sensitivity"),
     script:
         "../scripts/figure_nonblind_sensitivity.py"
 
@@ -375,8 +212,7 @@ rule model_summary:
         "../../envs/dgno.yaml"
     threads: threads_for("model_summary")
     resources:
-        mem_mb=mem_mb_for("model_summary"),
-        runtime=runtime_for("model_summary"),
+        **resources_for("model_summary"),
     params:
         methods={m: config["methods"][m] for m in METHODS},
         scale=config["scale"],
@@ -397,8 +233,7 @@ rule claims:
         "../../envs/report.yaml"
     threads: threads_for("claims")
     resources:
-        mem_mb=mem_mb_for("claims"),
-        runtime=runtime_for("claims"),
+        **resources_for("claims"),
     params:
         stats=canonical(config["stats"]),
     script:
@@ -416,28 +251,17 @@ rule report:
         "../../envs/report.yaml"
     threads: threads_for("report")
     resources:
-        mem_mb=mem_mb_for("report"),
-        runtime=runtime_for("report"),
+        **resources_for("report"),
     script:
         "../scripts/report.py"
 
 
-rule operators:
-    input:
-        "results/tables/operators.csv",
+# One target per experiment of this configuration, named after it (`snakemake --cores all operators`):
+# its table, the figures and the other files its report section reads.
+for entry in catalogue.configured(config):
 
-
-rule nonblind:
-    input:
-        "results/tables/nonblind.csv",
-        [
-            f"results/figures/nonblind_sensitivity_{EXPERIMENTS['nonblind']['dataset']}.png"
-        ]
-        if "nonblind" in EXPERIMENTS
-        else [],
-
-
-rule synthetic:
-    input:
-        "results/tables/synthetic.csv",
-        "results/figures/synthetic_psnr.png",
+    rule:
+        name:
+            entry.name
+        input:
+            experiment_targets(entry.name),

@@ -15,9 +15,7 @@ rule train:
         "../../envs/dgno.yaml"
     threads: threads_for("train")
     resources:
-        mem_mb=mem_mb_for("train"),
-        runtime=runtime_for("train"),
-        gpu=gpu_for("train"),
+        **resources_for("train"),
     params:
         method=lambda wc: method_settings(wc.dataset, wc.method),
         levels=lambda wc: config["datasets"][wc.dataset]["train_levels"],
@@ -41,8 +39,6 @@ use rule train as train_replicate with:
         "results/benchmarks/train/{dataset}/{method}/seed={replicate}.tsv"
     threads: threads_for("train_replicate")
     resources:
-        mem_mb=mem_mb_for("train_replicate"),
-        runtime=runtime_for("train_replicate"),
-        gpu=gpu_for("train_replicate"),
+        **resources_for("train_replicate"),
     params:
         seed=lambda wc: training_seed(int(wc.replicate)),

@@ -14,7 +14,7 @@ import pandas as pd  # noqa: E402
 from dgno.io import write_csv  # noqa: E402
 from dgno.report.figures import psnr_vs_params  # noqa: E402
 from dgno.report.psnr_params import measured_psnr_params, paper_psnr_params  # noqa: E402
-from dgno.report.tables import collect_summaries  # noqa: E402
+from dgno.report.reading import collect_summaries  # noqa: E402
 
 p = sm.params
 measured = measured_psnr_params(

@@ -11,9 +11,8 @@ sm = snakemake  # noqa: F821
 
 import pandas as pd  # noqa: E402
 
-from dgno.report.render import load_paper  # noqa: E402
+from dgno.report.reading import load_paper, mean_over_levels, paper_key  # noqa: E402
 from dgno.report.synthetic import synthetic_paper_rows  # noqa: E402
-from dgno.report.tables import mean_over_levels, paper_key  # noqa: E402
 
 cfg = sm.config
 frame = mean_over_levels(pd.read_csv(sm.input[0]))

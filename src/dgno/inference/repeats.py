@@ -14,13 +14,11 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from dgno import provenance
+from dgno import metric_spec, provenance
 from dgno.checkpoint import load_trained, pick_device
 from dgno.inference.evaluate import default_tile_batch, model_restorer, score_dataset
 from dgno.inference.gumbel import has_routing, routing_hook
 from dgno.io import InputError, write_json
-
-METRICS = ("psnr", "ssim", "lpips", "psnr_y8")
 
 
 def evaluate_repeats(
@@ -61,10 +59,10 @@ def evaluate_repeats(
         "routing": "gumbel",
         "repeats": repeats,
         "gumbel_seed": seed,
-        "per_repeat": [{"repeat": r, "n_images": s["n_images"], **{m: s.get(m) for m in METRICS}} for r, s in enumerate(runs, 1)],
+        "per_repeat": [{"repeat": r, "n_images": s["n_images"], **{m: s.get(m) for m in metric_spec.metric_names()}} for r, s in enumerate(runs, 1)],
         "provenance": provenance.collect(dev),
     }
-    for m in METRICS:
+    for m in metric_spec.metric_names():
         values = [s[m] for s in runs if s.get(m) is not None]
         summary[f"{m}_mean"] = statistics.fmean(values) if values else None
         summary[f"{m}_sd"] = statistics.stdev(values) if len(values) > 1 else None

@@ -1,4 +1,4 @@
-"""Every baseline of the paper, the lifting-module ablation, and the network class of each registry name.
+"""The paper's baselines and lifting networks (table below); here, the adapters of the spandrel networks (NAFNet, SwinIR, Restormer).
 
 Names (each with "paper", "demo" and "smoke" scales):
 
@@ -15,12 +15,13 @@ Names (each with "paper", "demo" and "smoke" scales):
 | restormer-dgno | DGNO-Cell with Restormer blocks as lifting encoder             | ``dgno.models.lifting`` |
 | mpt-dgno       | DGNO-Cell with MPT blocks as lifting encoder                   | ``dgno.models.lifting`` |
 
-All follow the registry contract: ``NETWORKS[name](in_channels=..., **spec)`` → a module with ``.hparams``
+All follow the registry contract: ``<network>(in_channels=..., **spec)`` → a module with ``.hparams``
 whose forward maps (B, C, H, W) of any size to a list of restorations, coarse to fine (a
 one-element list for single-output networks).  spandrel networks are wrapped in small adapters
 that record the hyper-parameters, reflect-pad to the network's size multiple and crop back.
 
-Their sizes at each scale are in ``dgno.models.registry``: demo scales are sized so that 300 training
+Each name's network and its sizes at each scale are one entry of ``dgno.models.registry.BASELINES``
+(the DGNO family, lifting networks included, is ``DGNO_FAMILY`` there): demo scales are sized so that 300 training
 steps of batch 4 on 64×64 patches take at most about a minute on one CPU core
 (``benchmarks/cpu/models.py`` measures it); smoke scales are the smallest networks that still run
 every code path (tests).
@@ -34,12 +35,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from dgno.layers.blocks import pad_to_multiple
-from dgno.models.dgno import DGNO
-from dgno.models.gkmnet import GKMNet
-from dgno.models.lifting import LIFTING_MODELS, quiet_spandrel
-from dgno.models.mambairv2 import MambaIRv2
-from dgno.models.mimo_unet import MIMOUNet
-from dgno.models.mpt import MPT
+from dgno.models.lifting import quiet_spandrel
 
 
 class _PaddedRestorer(nn.Module):
@@ -200,21 +196,3 @@ class RestormerRestorer(_PaddedRestorer):
             LayerNorm_type=layer_norm,
             dual_pixel_task=False,
         )
-
-
-# --- the network behind every registry name ----------------------------------------------------
-# dgno.models.registry holds the names and their specs (plain data, no torch); build_model imports
-# this table only when it builds a network. Importing this module also registers the lifting
-# encoder blocks (dgno.models.lifting) that the lifting-ablation networks name.
-
-NETWORKS: dict[str, type[nn.Module]] = {
-    **dict.fromkeys(("gg", "lg", "dgno-face", "dgno-cell"), DGNO),
-    "nafnet": NAFNetRestorer,
-    "swinir": SwinIRRestorer,
-    "restormer": RestormerRestorer,
-    "gkmnet": GKMNet,
-    "mimo-unet": MIMOUNet,
-    "mpt": MPT,
-    "mambairv2": MambaIRv2,
-    **dict.fromkeys(LIFTING_MODELS, DGNO),
-}

@@ -14,7 +14,8 @@ three more encoder blocks,
                        level or index, so MPT's per-block schedule and shift alternation cannot
                        be reproduced) and window 8
 
-and ``LIFTING_MODELS`` maps each registry name to its block.  Heads follow Restormer/MPT: about
+and :func:`dgno_with_lifting` is the network of the registry's lifting entries (``dgno.models.registry.LIFTING_BLOCKS``
+names each one's block): DGNO, built after this module has registered the blocks.  Heads follow Restormer/MPT: about
 48 channels per head (1/2/4/8 heads on DGNO's 48/96/192/384-channel levels).  The encoder layout
 (widths, blocks per level, shallow inputs) and the decoder are DGNO-Cell's at every scale, except
 that the demo scale leaves the full-resolution level without a lifting block (CPU time; see
@@ -33,14 +34,8 @@ from collections.abc import Iterator
 from torch import nn
 
 from dgno.layers.blocks import register_encoder_block
+from dgno.models.dgno import DGNO
 from dgno.models.mpt import MPTBlock, heads_for
-
-# registry name → encoder block of the DGNO-Cell network built on it
-LIFTING_MODELS: dict[str, str] = {
-    "nafnet-dgno": "nafblock",
-    "restormer-dgno": "restormer_block",
-    "mpt-dgno": "mpt_block",
-}
 
 
 @contextlib.contextmanager
@@ -81,3 +76,8 @@ def _mpt_block(dim: int) -> nn.Module:
 register_encoder_block("nafblock")(_nafblock)
 register_encoder_block("restormer_block")(_restormer_block)
 register_encoder_block("mpt_block")(_mpt_block)
+
+
+def dgno_with_lifting(**kwargs) -> DGNO:
+    """DGNO with one of the encoder blocks this module registers (the registry's lifting entries build it)."""
+    return DGNO(**kwargs)

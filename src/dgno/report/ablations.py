@@ -6,15 +6,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from dgno.report.render import (
-    Cell,
-    Table,
-    annotate,
-    load_paper,
-    read_stats,
-)
-from dgno.report.results import psnr_of, table_levels
-from dgno.report.section import Section
+from dgno import metric_spec
+from dgno.experiments.catalogue import table_levels
+from dgno.report.reading import load_paper, read_stats
+from dgno.report.render import Cell, Table, annotate
+from dgno.report.results import psnr_of
+from dgno.report.section import Section, experiment_section
 
 
 def _tau_key(tau) -> str:
@@ -34,12 +31,7 @@ def ablation_section(name: str, config: dict, summaries: pd.DataFrame, results: 
     levels = table_levels(config, ds)
     paper = load_paper(name)
     prows = paper.get("rows", {})
-    titles = {
-        "flux_boundary": "Ablation: numerical flux × boundary condition",
-        "penalty": "Ablation: flux penalty τ",
-        "element_size_T": "Ablation: element size × number of operator layers T",
-    }
-    sec = Section(id=f"ablation_{name}", title=titles.get(name, name), paper_source=paper.get("source", ""))
+    sec = experiment_section(name, paper.get("source", ""))
     sec.notes.append(
         f"Dataset {ds}; PSNR (dB) averaged over test levels {', '.join(levels)}. Results: results/tables/ablation_{name}.csv. "
         "A grid point whose settings are those of a configured method (e.g. DGNO-Face's avg_jump + Dirichlet, learnable τ) "
@@ -49,7 +41,7 @@ def ablation_section(name: str, config: dict, summaries: pd.DataFrame, results: 
 
     def cell(method: str, paper_value, metric: str = "psnr") -> Cell:
         measured, command = psnr_of(summaries, ds, method, levels, metric)
-        return annotate(Cell(measured=measured, paper=paper_value, command=command, digits=2 if metric == "psnr" else 3), stats, ds, metric, method)
+        return annotate(Cell(measured=measured, paper=paper_value, command=command, digits=metric_spec.digits(metric)), stats, ds, metric, method)
 
     spec = config["ablations"][name]
     if name == "flux_boundary":

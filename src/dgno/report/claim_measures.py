@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from dgno import stats
+from dgno import metric_spec, stats
+from dgno.experiments.catalogue import table_levels
 from dgno.io import replicate_dir
 from dgno.report.comparisons import Resampling, ap_counts, ap_difference, matrix_interval, pooled_ap, pooled_psnr_gain, sse_matrix
-from dgno.report.tables import HIGHER_IS_BETTER
 
 UNTRAINED = ("input", "blurred", "sharp")  # references, not networks: no seeds, no training curve
-DIGITS = {"psnr": 2, "ssim": 3, "lpips": 3, "ap50": 4, "ap70": 4, "ap90": 4, "map": 4}
 BENCH_COMMAND = "python -m benchmarks.gpu.speed benchmarks/results/gpu_speed_<device>.json (on a GPU), then snakemake --cores 1 results/tables/runtime_memory.csv"
 
 
@@ -124,11 +123,12 @@ def _dataset(config: dict, measure: dict) -> str:
 
 def _levels(config: dict, measure: dict, dataset: str) -> list[str]:
     ds = config["datasets"][dataset]
-    if measure["experiment"] == "stardist":
-        return [config["experiments"]["stardist"]["level"]]
+    own = _experiment(config, measure).get("level")
+    if own:  # an experiment of one level (StarDist segments the images of its `level`)
+        return [own]
     spec = measure.get("levels", "table")
     if spec == "table":  # the results tables' levels: the test levels the models were trained on
-        return [lvl for lvl in ds["test_levels"] if lvl in ds["train_levels"]] or list(ds["test_levels"])
+        return table_levels(config, dataset)
     absent = [lvl for lvl in spec if lvl not in ds["test_levels"]]
     if absent:
         raise NotConfigured(f"level(s) {', '.join(absent)} are not test levels of {dataset}")
@@ -243,12 +243,12 @@ def _best_of(layout: Layout, config: dict, m: dict, ds: str, levels: list[str], 
     candidates = [c for c in _candidates(config, m, m["b"]) if c != m["a"]]
     if not candidates:
         raise NotConfigured(f"experiment {m['experiment']!r} has no method to compare {m['a']} with")
-    sign = 1 if HIGHER_IS_BETTER.get(m["metric"], True) else -1
+    sign = -1 if metric_spec.higher_is_better(m["metric"]) is False else 1
     means = {c: float(_scores(layout, config, m, ds, c, levels)[m["metric"]].mean()) for c in candidates}
     best = max(means, key=lambda c: sign * means[c])
     out = _paired(layout, config, {**m, "b": best}, ds, levels, opts)
     out.notes.append(
-        f"compared with the best of {', '.join(candidates)} in this run: {best} ({means[best]:.{DIGITS.get(m['metric'], 3)}f})"
+        f"compared with the best of {', '.join(candidates)} in this run: {best} ({means[best]:.{metric_spec.digits(m['metric'])}f})"
     )
     return out
 
@@ -289,7 +289,7 @@ def _stardist(layout: Layout, config: dict, m: dict, ds: str, levels: list[str],
     """Pooled AP difference: AP = ΣTP / Σ(TP+FP+FN) over images per IoU threshold (mean AP: their mean)."""
     per_path, table_path = layout.stardist(ds, per_image=True), layout.stardist(ds)
     command = _make(layout, table_path)
-    if m["a"] not in config["experiments"]["stardist"]["methods"]:
+    if m["a"] not in config["experiments"][m["experiment"]]["methods"]:
         raise NotConfigured(f"{m['a']} is not among the StarDist experiment's methods")
     bs = _candidates(config, m, m["b"]) if isinstance(m["b"], list) else [m["b"]]
     bs = [b for b in bs if b != m["a"]]

@@ -21,15 +21,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dgno import stats
-from dgno.report.claim_measures import DIGITS, Layout, NotConfigured, NotRun, Options, measure, resolve, training_flags
+from dgno import metric_spec, stats
+from dgno.experiments import catalogue
+from dgno.report.claim_measures import Layout, NotConfigured, NotRun, Options, measure, resolve, training_flags
+from dgno.report.reading import load_claims
 from dgno.report.section import Section
-from dgno.report.tables import load_claims
 
 KINDS = ("paired_difference", "best_of_difference", "edge_band_difference", "stardist_difference", "benchmark_ratio")
 # Experiments config/claims.yaml runs at paper scale on one GPU (3 seeds each): a claim of theirs that this
 # configuration lacks points there first (tests/test_claims.py checks the list against the file).
-CLAIMS_CONFIG_EXPERIMENTS = ("synthetic", "synthetic_bbbc006", "operators")
+CLAIMS_CONFIG_EXPERIMENTS = tuple(e.name for e in catalogue.EXPERIMENTS if e.claims_config)
 CLAIMS_CONFIG_COMMAND = (
     "snakemake --profile slurm --configfile config/claims.yaml results/tables/claims.csv "
     "(about 12 GPU-hours: dgno estimate --configfile config/claims.yaml results/tables/claims.csv)"
@@ -180,7 +181,7 @@ def _measured_text(r: dict) -> str:
         return "—"
     if r["kind"] == "benchmark_ratio":
         return f"{r['measured']:.2f}× — {r['interval_method']}"
-    digits, unit = DIGITS.get(r["metric"], 3), " dB" if r["metric"] == "psnr" else ""
+    digits, unit = metric_spec.digits(r["metric"]), metric_spec.unit(r["metric"])
     text = f"{r['measured']:+.{digits}f}{unit}"
     if r["low"] is not None and np.isfinite(r["low"]):
         text += f" [{r['low']:+.{digits}f}, {r['high']:+.{digits}f}]"

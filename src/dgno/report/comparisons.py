@@ -11,23 +11,24 @@ renders from it. One long-form row per (dataset, metric, row, versus):
 - ``versus`` = another row: ``estimate`` = mean of the row − that row over the same images (and seeds,
   paired by seed), with its interval [low, high] (``dgno.stats.mean_difference_interval``).
 
-Which differences a table states is :func:`table_spec`: every row against the blurred input, and against
-GG in the operator and synthetic tables (DG − GG, LG − GG) and against DGNO-Cell in Table 1.
+Which differences a table states is :func:`table_spec`, from the experiment's entry in
+:mod:`dgno.experiments.catalogue`: every row against the blurred input, and against the first row of each
+of the entry's ``versus`` models (GG in the operator and synthetic tables: DG − GG, LG − GG; DGNO-Cell in
+Table 1). Reading the scores is :mod:`dgno.report.reading`; rendering is :mod:`dgno.report.render`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from dgno import stats
-from dgno.io import InputError, read_json, replicate_of
-from dgno.report.tables import HIGHER_IS_BETTER
+from dgno import metric_spec, stats
+from dgno.experiments import catalogue
+from dgno.experiments.catalogue import experiment_seeds, table_levels
 
 STATS_COLUMNS = [
     "dataset", "level", "metric", "method", "versus", "estimate", "low", "high", "interval_method",
@@ -35,8 +36,6 @@ STATS_COLUMNS = [
 ]  # fmt: skip
 ALL_LEVELS = ""  # the `level` of a row pooled over the table's levels
 UNTRAINED = ("input", "wiener", "richardson_lucy", "ring")  # rows that are the same for every seed
-# Experiments whose schema has `seeds` (their methods are trained, or read models trained elsewhere).
-SEEDED_EXPERIMENTS = ("main", "operators", "lifting", "defocus", "synthetic", "synthetic_bbbc006", "dpdd", "realdof")
 
 
 @dataclass(frozen=True)
@@ -59,12 +58,6 @@ class Resampling:
 # ------------------------------------------------------------------------------------ seed replicates
 
 
-def experiment_seeds(config: Mapping[str, Any], name: str) -> list[int]:
-    """Replicates of one experiment: [0, 1, …, seeds − 1] ([0] without `seeds`, or for an unseeded experiment)."""
-    spec = config["experiments"].get(name, {})
-    return list(range(int(spec.get("seeds", 1)))) if name in SEEDED_EXPERIMENTS else [0]
-
-
 def is_trained(config: Mapping[str, Any], method: str) -> bool:
     """Whether `method` is a network trained by this workflow (so it has seed replicates)."""
     spec = config["methods"].get(method)
@@ -85,26 +78,6 @@ def select_replicates(frame: pd.DataFrame, config: Mapping[str, Any], name: str)
     return frame[keep]
 
 
-# ------------------------------------------------------------------------------------------ reading
-
-
-def read_scores(summary_paths: Iterable[str | Path]) -> pd.DataFrame:
-    """Per-image scores of the evaluations listed by their summary.json: one row per (dataset, method,
-    level, replicate, image) with every metric of its per_image.csv."""
-    frames = []
-    for path in summary_paths:
-        summary = read_json(path)
-        per_image = Path(path).with_name("per_image.csv")
-        if not per_image.exists():
-            raise InputError(f"{per_image}: missing beside {path}. Fix: rerun that evaluation (snakemake --cores all {per_image})")
-        frame = pd.read_csv(per_image, dtype={"id": str})
-        replicate = int(summary.get("replicate", replicate_of(path)))
-        frames.append(frame.assign(dataset=summary["dataset"], method=summary["method"], level=summary["level"], replicate=replicate))
-    if not frames:
-        return pd.DataFrame(columns=["dataset", "method", "level", "replicate", "id"])
-    return pd.concat(frames, ignore_index=True)
-
-
 # ------------------------------------------------------------------------------------- what a table says
 
 
@@ -113,46 +86,33 @@ def _first_of_model(config: Mapping[str, Any], methods: Iterable[str], model: st
     return hit[:1]
 
 
-def _levels(config: Mapping[str, Any], dataset: str) -> list[str]:
-    ds = config["datasets"][dataset]
-    return [lvl for lvl in ds["test_levels"] if lvl in ds["train_levels"]] or list(ds["test_levels"])
-
-
 def table_spec(config: Mapping[str, Any], table: str) -> dict[str, Any]:
     """What one results table shows and which differences it states (plain data, for the table rule).
 
-    table: an experiment name, or ``ablation_<name>``. Returns datasets, rows (methods, deconvolutions;
-    "input" first where the table has the blurred input), levels per dataset, whether levels are
-    pooled (``by_level`` false) or shown one by one (the defocus table), the metrics, and ``versus``:
-    the rows every row is compared with (the blurred input; GG in the operator and synthetic tables;
-    DGNO-Cell in Table 1), each only where the table has it.
+    table: an experiment name, or ``ablation_<name>`` (dgno.experiments.catalogue). Returns datasets, rows
+    (methods, deconvolutions; "input" first where the table has the blurred input), levels per dataset,
+    whether levels are pooled (``by_level`` false) or shown one by one (the defocus table), the metrics
+    (every metric of dgno.metric_spec), and ``versus``: the rows every row is compared with (the blurred
+    input, and the first row of each of the entry's ``versus`` models), each only where the table has it.
     """
-    if table.startswith("ablation_"):
-        runs = config["ablation_runs"][table.removeprefix("ablation_")]
+    entry = catalogue.by_table(table)
+    metrics = metric_spec.metric_names()
+    if entry.config_key == "ablations":
+        runs = config["ablation_runs"][entry.name]
         datasets = list(dict.fromkeys(r["dataset"] for r in runs))
         rows = [r["method"] for r in runs]
-        return {"datasets": datasets, "rows": rows, "levels": {d: _levels(config, d) for d in datasets}, "by_level": False, "metrics": ["psnr", "ssim", "lpips"], "versus": []}
-    exp = config["experiments"][table]
+        return {"datasets": datasets, "rows": rows, "levels": {d: table_levels(config, d) for d in datasets}, "by_level": False, "metrics": metrics, "versus": []}
+    exp = config["experiments"][entry.name]
     methods = list(exp["methods"]) + list(exp.get("deconvolution", []))
-    if table == "robustness":
-        trained = config["datasets"][exp["dataset"]]["trained_on"]
-        datasets, levels = [trained, exp["dataset"]], {d: list(config["datasets"][exp["dataset"]]["test_levels"]) for d in (trained, exp["dataset"])}
+    if entry.table.datasets == "trained_on_and_experiment":
+        own = exp["dataset"]
+        datasets = [config["datasets"][own]["trained_on"], own]
+        levels = {d: list(config["datasets"][own]["test_levels"]) for d in datasets}
     else:
-        datasets = exp.get("datasets", [exp.get("dataset")])
-        levels = {d: list(exp.get("levels", _levels(config, d))) for d in datasets}
-    versus = ["input"]
-    if table in ("operators", "synthetic", "synthetic_bbbc006"):
-        versus += _first_of_model(config, methods, "gg")
-    if table == "main":
-        versus += _first_of_model(config, methods, "dgno-cell")
-    return {
-        "datasets": datasets,
-        "rows": ["input", *methods],
-        "levels": levels,
-        "by_level": table == "defocus",
-        "metrics": ["psnr", "ssim", "lpips", "psnr_y8"],
-        "versus": versus,
-    }
+        datasets = catalogue.experiment_datasets(config, entry.name)
+        levels = {d: list(exp.get("levels", table_levels(config, d))) for d in datasets}
+    versus = ["input"] + [m for model in entry.table.versus for m in _first_of_model(config, methods, model)]
+    return {"datasets": datasets, "rows": ["input", *methods], "levels": levels, "by_level": entry.table.by_level, "metrics": metrics, "versus": versus}
 
 
 # ------------------------------------------------------------------------------------------ statistics
@@ -199,8 +159,9 @@ def _group_stats(frame: pd.DataFrame, rows: list[str], metric: str, versus: list
     out = []
     candidates = {m: s for m, s in scores.items() if m != "input"}
     mark: dict[str, str] = {}
-    if len(candidates) >= 2 and metric in HIGHER_IS_BETTER:
-        hl = stats.highlight(candidates, metric, higher_is_better=HIGHER_IS_BETTER[metric], **opts.kwargs())
+    direction = metric_spec.higher_is_better(metric)
+    if len(candidates) >= 2 and direction is not None:
+        hl = stats.highlight(candidates, metric, higher_is_better=direction, **opts.kwargs())
         mark = {hl.best: "best"} if hl.best else dict.fromkeys(hl.leaders, "tie")
     for method, s in scores.items():
         out.append({"metric": metric, "method": method, "versus": "", **_value_row(s, metric), "highlight": mark.get(method, "")})
@@ -213,7 +174,7 @@ def _group_stats(frame: pd.DataFrame, rows: list[str], metric: str, versus: list
 def table_stats(frame: pd.DataFrame, spec: Mapping[str, Any], opts: Resampling = Resampling()) -> pd.DataFrame:
     """Every value and stated difference of one table (see the module docstring), from per-image scores.
 
-    frame: :func:`read_scores` of the table's evaluations (every replicate); spec: :func:`table_spec`.
+    frame: :func:`dgno.report.reading.read_scores` of the table's evaluations (every replicate); spec: :func:`table_spec`.
     Metrics a dataset's evaluations lack (LPIPS off; psnr_y8 of grayscale data) are left out.
     """
     out = []

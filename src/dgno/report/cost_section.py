@@ -7,13 +7,9 @@ from pathlib import Path
 import pandas as pd
 
 from dgno.report.psnr_params import published_params
-from dgno.report.render import (
-    Cell,
-    Table,
-    load_paper,
-)
-from dgno.report.section import Section, figure
-from dgno.report.tables import paper_key, paper_row
+from dgno.report.reading import load_paper, paper_key, paper_row
+from dgno.report.render import Cell, Table
+from dgno.report.section import Section, catalogue_figure
 
 
 def cost_table(results: Path, methods: list[str], method_cfgs: dict[str, dict], paper_rows: dict[str, dict]) -> Table | None:
@@ -83,17 +79,8 @@ def cost_section(config: dict, results: Path) -> Section:
     if res is not None:
         sec.tables.append(res)
     if "main" in config["experiments"]:
-        sec.figures.append(
-            figure(
-                results,
-                "figures/psnr_vs_params.png",
-                "PSNR vs parameters: filled circles = measured in this run (parameters at the run's scale); hollow diamonds = the paper's "
-                "PSNR with printed parameter counts (never measured values; sources in results/tables/psnr_vs_params.csv)",
-            )
-        )
-    sec.figures.append(
-        figure(results, "figures/cost_vs_resolution.png", "GMACs of one forward pass vs image size, per method (legend: parameters)")
-    )
+        sec.figures.append(catalogue_figure(results, "psnr_vs_params"))
+    sec.figures.append(catalogue_figure(results, "cost_vs_resolution"))
     return sec
 
 
@@ -354,11 +341,5 @@ def runtime_section(results: Path) -> tuple[Section, bool]:
             f"Training step ({r['file']}, {r['device']}): {r['model']} {r['scale']} scale, batch {int(r['batch'])} at {int(r['size'])} px"
             f"{', bf16 autocast' if r['amp_bf16'] else ''}: {r['images_per_second']:.1f} images/s, peak {r['peak_memory_mb'] / 1024:.1f} GB."
         )
-    sec.figures.append(
-        figure(
-            results,
-            "figures/runtime_memory.png",
-            "Forward-pass throughput and peak memory vs image size, per device (from the files named in the tables)",
-        )
-    )
+    sec.figures.append(catalogue_figure(results, "runtime_memory"))
     return sec, True

@@ -9,16 +9,9 @@ import pandas as pd
 from dgno.experiments.nonblind_settings import deconv_params, noise_settings, true_coefficients
 from dgno.io import read_json
 from dgno.report.comparisons import table_spec
-from dgno.report.render import (
-    Cell,
-    Table,
-    annotate,
-    load_paper,
-    metric_table,
-    read_stats,
-)
-from dgno.report.section import Section, figure
-from dgno.report.tables import paper_row
+from dgno.report.reading import load_paper, paper_row, read_stats
+from dgno.report.render import Cell, Table, annotate, metric_table
+from dgno.report.section import Section, experiment_section, table_metrics
 
 DECONV_ROWS = {
     "wiener": ("Wiener (centre PSF)", "single_psf_deconv"),
@@ -27,36 +20,27 @@ DECONV_ROWS = {
 }
 
 
-def nonblind_section(config: dict, summaries: pd.DataFrame, results: Path) -> Section:
+def nonblind_section(name: str, config: dict, summaries: pd.DataFrame, results: Path) -> Section:
     """Blurred vs single-centre-PSF deconvolution vs ring deconvolution vs the blind network(s)."""
-    exp = config["experiments"]["nonblind"]
+    exp = config["experiments"][name]
     ds = exp["dataset"]
-    paper = load_paper("nonblind")
-    sec = Section(id="nonblind", title="Non-blind comparison under Seidel-PSF blur", paper_source=paper.get("source", ""))
+    paper = load_paper(name)
+    sec = experiment_section(name, paper.get("source", ""))
     sec.notes.extend(nonblind_protocol(config, results))
     cfgs = {m: {**config["methods"][m], "model": "dgno" if config["methods"][m]["model"].startswith("dgno") else config["methods"][m]["model"]} for m in exp["methods"]}
     rows = list(exp.get("deconvolution", [])) + list(exp["methods"])
     for d in exp.get("deconvolution", []):
         cfgs[d] = {"model": DECONV_ROWS[d][1], "label": DECONV_ROWS[d][0]}
     levels = {ds: config["datasets"][ds]["test_levels"]}
-    stats = read_stats(results / "tables" / "nonblind_stats.csv")
+    stats = read_stats(results / "tables" / f"{name}_stats.csv")
     sec.tables.append(
         metric_table(
-            summaries, datasets=[ds], methods=rows, method_cfgs=cfgs, levels=levels, metrics=["psnr", "ssim", "lpips"],
-            paper_rows=paper.get("rows", {}), stats=stats, deltas=table_spec(config, "nonblind")["versus"],
+            summaries, datasets=[ds], methods=rows, method_cfgs=cfgs, levels=levels, metrics=table_metrics(name),
+            paper_rows=paper.get("rows", {}), stats=stats, deltas=table_spec(config, name)["versus"],
         )
     )  # fmt: skip
-    sec.figures.append(
-        figure(
-            results,
-            f"figures/nonblind_sensitivity_{ds}.png",
-            f"Noise sensitivity on {ds}: mean test PSNR against the read-noise sigma "
-            f"{', '.join(f'{v:g}' for v in exp.get('sensitivity_read_sigmas', []))} (shot noise as above); "
-            f"each deconvolution with the settings above, {', '.join(exp['methods'])} as trained at the table's noise level",
-        )
-    )
-    sec.figures.append(figure(results, f"figures/visual_{ds}.png", f"Visual comparison on {ds}"))
-    sec.figures.append(figure(results, f"figures/training_curves_{ds}.png", f"Training curves on {ds}"))
+    sigmas = ", ".join(f"{v:g}" for v in exp.get("sensitivity_read_sigmas", []))
+    sec.notes.append(f"Noise sensitivity figure: read-noise sigmas {sigmas}; blind networks {', '.join(exp['methods'])}.")
     return sec
 
 
@@ -122,12 +106,12 @@ def nonblind_protocol(config: dict, results: Path) -> list[str]:
     return notes
 
 
-def stardist_section(config: dict, results: Path) -> Section:
+def stardist_section(name: str, config: dict, summaries: pd.DataFrame, results: Path) -> Section:
     """AP of StarDist on blurred / restored / sharp images, with the source of the StarDist model."""
-    spec = config["experiments"]["stardist"]
+    spec = config["experiments"][name]
     ds = spec["dataset"]
-    paper = load_paper("stardist")
-    sec = Section(id="stardist", title="StarDist downstream check", paper_source=paper.get("source", ""))
+    paper = load_paper(name)
+    sec = experiment_section(name, paper.get("source", ""))
     path = results / "tables" / f"stardist_{ds}.csv"
     metrics = ["ap50", "ap70", "ap90", "map"]
     model_json = results / "stardist" / ds / "model.json"

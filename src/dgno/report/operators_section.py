@@ -7,20 +7,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dgno.experiments.catalogue import table_levels
 from dgno.report.comparisons import table_spec
 from dgno.report.cost_section import cost_table
-from dgno.report.render import (
-    Cell,
-    Table,
-    annotate,
-    load_paper,
-    metric_table,
-    read_stats,
-    stat_row,
-)
-from dgno.report.results import table_levels
-from dgno.report.section import Section, figure
-from dgno.report.tables import paper_key, paper_row
+from dgno.report.reading import load_paper, paper_key, paper_row, read_stats
+from dgno.report.render import Cell, Table, annotate, metric_table, stat_row
+from dgno.report.section import Section, catalogue_figure, experiment_section, table_metrics
 
 
 def edge_band_values(results: Path, dataset: str) -> dict[tuple[str, str, str], float]:
@@ -212,14 +204,14 @@ def edge_band_table(
     return t
 
 
-def operators_section(config: dict, summaries: pd.DataFrame, results: Path) -> Section:
+def operators_section(name: str, config: dict, summaries: pd.DataFrame, results: Path) -> Section:
     """GG vs LG vs DGNO: metrics, edge-band gains, cost, effective rank and operator maps, with verdicts."""
-    exp = config["experiments"]["operators"]
+    exp = config["experiments"][name]
     ds, methods = exp["dataset"], exp["methods"]
     mcfg = config["methods"]
-    paper = load_paper("operators")
+    paper = load_paper(name)
     levels = {ds: table_levels(config, ds)}
-    sec = Section(id="operators", title="GG vs LG vs DGNO", paper_source=paper.get("source", ""))
+    sec = experiment_section(name, paper.get("source", ""))
     seeds = int(exp.get("seeds", 1))
     sec.notes.append(
         f"Dataset {ds} ({config['datasets'][ds]['source']}), test levels {', '.join(levels[ds])}; metrics are means over test images, then over levels"
@@ -228,13 +220,13 @@ def operators_section(config: dict, summaries: pd.DataFrame, results: Path) -> S
     labels = {m: mcfg[m].get("label", m) for m in methods}
     gg = next((m for m in methods if mcfg[m]["model"] == "gg"), None)
     prows = paper.get("rows", {})
-    stats = read_stats(results / "tables" / "operators_stats.csv")
+    stats = read_stats(results / "tables" / f"{name}_stats.csv")
     sec.verdicts += _gain_verdicts(summaries, ds, methods, mcfg, gg, labels, prows, levels[ds], stats)
     extra = edge_band_values(results, ds)
     sec.tables.append(
         metric_table(
-            summaries, datasets=[ds], methods=methods, method_cfgs=mcfg, levels=levels, metrics=["psnr", "ssim", "lpips"],
-            paper_rows=prows, stats=stats, deltas=table_spec(config, "operators")["versus"],
+            summaries, datasets=[ds], methods=methods, method_cfgs=mcfg, levels=levels, metrics=table_metrics(name),
+            paper_rows=prows, stats=stats, deltas=table_spec(config, name)["versus"],
         )
     )  # fmt: skip
     if extra:
@@ -242,12 +234,6 @@ def operators_section(config: dict, summaries: pd.DataFrame, results: Path) -> S
     cost = cost_table(results, methods, mcfg, prows)
     if cost is not None:
         sec.tables.append(cost)
-    sec.figures += [
-        figure(results, f"figures/visual_{ds}.png", f"Visual comparison on {ds}"),
-        figure(results, f"figures/error_difference_{ds}.png", "Residual analysis: |e_GG| − |e_DG| (red: DG closer to the sharp image)"),
-        figure(results, f"figures/edge_band_{ds}.png", "Edge-band vs interior PSNR"),
-        figure(results, f"figures/training_curves_{ds}.png", f"Training curves on {ds}"),
-    ]
     ranks = rank_table(results, ds, labels)
     if ranks is not None:
         sec.tables.append(ranks)
@@ -255,24 +241,17 @@ def operators_section(config: dict, summaries: pd.DataFrame, results: Path) -> S
     if verdict:
         sec.verdicts.append(verdict)
     if any(mcfg[m]["model"] in ("gg", "lg", "dgno-face", "dgno-cell") for m in methods):
-        sec.figures.append(
-            figure(
-                results,
-                f"figures/effective_rank_{ds}.png",
-                "Effective rank of the latent z per scale (s1 = 1/4, s2 = 1/2, s3 = 1) and operator step t: (a) r_eff = exp(entropy of "
-                "the normalised singular values of the tokens × channels matrix), (b) utilisation r_eff / d (paper: rank figure)",
-            )
-        )
-        sec.figures.append(figure(results, f"figures/operators_{ds}.png", operator_maps_caption(results, ds)))
+        sec.figures.append(catalogue_figure(results, "effective_rank", ds))
+        sec.figures.append(catalogue_figure(results, "operator_maps", ds, title=operator_maps_caption(results, ds)))
     return sec
 
 
-def lam_section(config: dict, results: Path) -> Section:
+def lam_section(name: str, config: dict, summaries: pd.DataFrame, results: Path) -> Section:
     """Local attribution maps: the figure, DI / r₅₀ per method and the paper's (qualitative) claim checked."""
-    exp = config["experiments"]["lam"]
+    exp = config["experiments"][name]
     ds = exp["dataset"]
     mcfg = config["methods"]
-    sec = Section(id="lam", title="Local attribution maps (LAM)", paper_source="Figure 'LAM-based interpretability and defocus deblurring results on BBBC006' (fig:e4)")
+    sec = experiment_section(name, "Figure 'LAM-based interpretability and defocus deblurring results on BBBC006' (fig:e4)")
     sec.notes.append(
         f"Dataset {ds}: which input pixels each network uses to restore one {exp['window']}-px output window of one test image. "
         "The paper shows the maps only (no numbers), so this section compares the methods with each other, not with the paper."
@@ -302,5 +281,5 @@ def lam_section(config: dict, results: Path) -> Section:
                 + (f" ({', '.join(wider)})" if wider else "")
                 + f"; its DI is {d['di']:.1f} (others {', '.join(f'{lab} {v:.1f}' for lab, v in zip(others['label'], others['di']))}). One image and one window: an illustration, not a statistic."
             )
-    sec.figures.append(figure(results, f"figures/lam_{ds}.png", "Local attribution maps: input pixels each method uses for the cyan window (dashed: r₅₀); bottom: restored"))
+    sec.figures.append(catalogue_figure(results, "lam", ds))
     return sec

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from dgno.report.tables import load_paper_values
+from dgno.report.reading import load_paper_values
 
 
 def measured_psnr_params(

@@ -18,48 +18,12 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from dgno import provenance
+from dgno import metric_spec, provenance
+from dgno.data import GENERATED_SOURCES
 from dgno.io import atomic_path
-from dgno.report.tables import load_paper_values, paper_row
+from dgno.report.reading import paper_row
 
 TEMPLATE_DIR = Path(__file__).with_name("templates")
-METRIC_LABELS = {
-    "psnr": "PSNR (dB) ↑",
-    "ssim": "SSIM ↑",
-    "lpips": "LPIPS ↓",
-    "params_m": "Params (M)",
-    "gflops": "GFLOPs",
-    "gmacs": "GMACs",
-    "psnr_edge": "edge-band PSNR ↑",
-    "psnr_interior": "interior PSNR ↑",
-    "psnr_edge_gain": "edge-band gain over GG (dB)",
-    "psnr_gain": "PSNR gain over GG (dB)",
-    "psnr_gain_input": "gain over blurred input (dB)",
-    "psnr_boundary_gain": "edge-band gain over GG (dB)",
-    "psnr_interior_gain": "interior gain over GG (dB)",
-    "di": "diffusion index DI",
-    "r50_px": "r₅₀ (px)",
-}
-DIGITS = {"psnr": 2, "ssim": 3, "lpips": 3, "params_m": 2, "gflops": 2, "gmacs": 2, "psnr_edge": 2, "psnr_interior": 2, "psnr_edge_gain": 2, "psnr_interior_gain": 2, "psnr_gain": 2, "psnr_boundary_gain": 2, "psnr_gain_input": 2}
-
-# The paper's experiment catalogue (DESIGN.md) and where this pipeline stands on each entry.
-CATALOGUE = [
-    ("main", "Table 1 — main results (BBBC006 w1, w2, 3DHistech; 9 methods)"),
-    ("operators", "GG vs LG vs DGNO (+ params, FLOPs)"),
-    ("flux_boundary", "Flux × boundary condition (Face / Cell)"),
-    ("penalty", "Flux penalty τ"),
-    ("element_size_T", "Element size × T"),
-    ("lifting", "Lifting modules (NAFNet / Restormer / MPT ± DGNO)"),
-    ("defocus", "Defocus levels z = 01 / 05 / 13 (w1, w2)"),
-    ("stardist", "StarDist AP downstream"),
-    ("nonblind", "Seidel-PSF non-blind comparison"),
-    ("synthetic", "Controlled synthetic sigma-map experiment"),
-    ("synthetic_bbbc006", "Controlled synthetic experiment on BBBC006 w1 (sigma 0.6–13, GG vs DG, boundary gain)"),
-    ("dpdd", "DPDD"),
-    ("realdof", "RealDOF"),
-    ("runtime_memory", "Runtime / memory vs image size"),
-    ("lam", "LAM interpretability figure (NAFNet / MPT / SRNO / DGNO)"),
-]
 
 
 @dataclass
@@ -134,15 +98,6 @@ def annotate(cell: Cell, stats: pd.DataFrame | None, dataset: str, metric: str, 
     return cell
 
 
-def read_stats(path: str | Path) -> pd.DataFrame | None:
-    """A ``<table>_stats.csv`` (None when the table rule has not written it), blanks as empty strings."""
-    path = Path(path)
-    if not path.exists():
-        return None
-    frame = pd.read_csv(path, dtype={"level": str, "versus": str, "highlight": str, "dataset": str})
-    return frame.fillna({"level": "", "versus": "", "highlight": "", "dataset": ""})
-
-
 def eval_command(dataset: str, method: str, level: str) -> str:
     return f"snakemake --cores all results/eval/{dataset}/{method}/{level}/summary.json"
 
@@ -168,7 +123,7 @@ def metric_table(
     paper_rows: the paper table's rows; paper_dataset_key maps our dataset name to the paper's
     column group (None → single-dataset table whose rows hold metrics directly).
     extra: additional measured values keyed (method, dataset, metric), e.g. edge-band PSNR.
-    stats: the table's statistics (:func:`read_stats`): highlight, sd over seeds, and for each row of
+    stats: the table's statistics (:func:`dgno.report.reading.read_stats`): highlight, sd over seeds, and for each row of
     ``deltas`` a column "Δ PSNR vs <row>" with the paired per-image interval. stat_metric: the statistics'
     metric of a (dataset, metric) column where it differs (the luma PSNR of RGB datasets: psnr_y8).
     """
@@ -206,7 +161,7 @@ def _value_cell(summaries, ds, metric, method, cfg, levels, extra, paper_rows, p
         if paper_dataset_key is not None:
             prow = prow.get(paper_dataset_key.get(ds, ds), {}) if isinstance(prow, dict) else {}
         paper = _num(prow.get(metric)) if isinstance(prow, dict) else None
-    return Cell(measured=measured, paper=paper, command=command, digits=DIGITS.get(metric, 3))
+    return Cell(measured=measured, paper=paper, command=command, digits=metric_spec.digits(metric))
 
 
 def embed_png(path: str | Path) -> str | None:
@@ -246,7 +201,8 @@ def render(context: dict[str, Any], out_html: str | Path) -> None:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR), autoescape=jinja2.select_autoescape(["html"]), undefined=jinja2.StrictUndefined)
     env.filters["fmt"] = fmt
     env.filters["fmt_diff"] = fmt_diff
-    page = env.get_template("report.html").render(**context, metric_labels=METRIC_LABELS, esc=html.escape)
+    labels = {e.name: metric_spec.label(e.name) for e in (*metric_spec.METRICS, *metric_spec.QUANTITIES)}
+    page = env.get_template("report.html").render(**context, metric_labels=labels, esc=html.escape)
     with atomic_path(out_html) as tmp:
         tmp.write_text(page, encoding="utf-8")
 
@@ -276,7 +232,7 @@ def scale_banner(config: dict[str, Any], results: str | Path | None = None) -> d
     scales = sorted({configured} | run)
     if scales == ["paper"]:
         return None
-    data = "procedurally generated" if all(ds["source"].startswith("demo_") for ds in config["datasets"].values()) else "reduced"
+    data = "procedurally generated" if all(ds["source"] in GENERATED_SOURCES for ds in config["datasets"].values()) else "reduced"
     smaller = [s for s in scales if s != "paper"]
     recorded = f" (config key scale: {configured}; the evaluated models record {', '.join(sorted(run))})" if run else f" (config key scale: {configured})"
     return {
@@ -298,12 +254,9 @@ def header_context(config: dict[str, Any], summaries: pd.DataFrame, stardist_sou
         "config_description": config.get("description", ""),
         "scale_banner": scale_banner(config, results),
         "data_sources": sources,
+        "synthetic": all(s in GENERATED_SOURCES for s in sources.values()),
+        "generated_sources": list(GENERATED_SOURCES),
         "provenance": prov,
         "lpips_sources": lpips_sources or ["not computed"],
         "stardist_source": stardist_source or "not run in this configuration",
     }
-
-
-def load_paper(table_id: str) -> dict[str, Any]:
-    """One table of paper_values.yaml ({} when the paper has no such table)."""
-    return load_paper_values().get(table_id, {})

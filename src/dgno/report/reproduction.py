@@ -26,8 +26,8 @@ from typing import Any
 import pandas as pd
 
 from dgno.io import read_json, write_csv, write_json
+from dgno.report.reading import load_paper_values
 from dgno.report.section import Section
-from dgno.report.tables import load_paper_values
 
 UNITS = {"psnr": " dB", "ssim": "", "lpips": "", "ap50": "", "ap70": "", "ap90": "", "map": ""}
 TOLERANCE_KEY = {"psnr": "psnr", "ssim": "ssim", "lpips": "lpips", "ap50": "ap", "ap70": "ap", "ap90": "ap", "map": "ap"}

@@ -6,26 +6,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from dgno.experiments.catalogue import table_levels
 from dgno.io import read_json
 from dgno.report.comparisons import table_spec
-from dgno.report.render import (
-    Cell,
-    Table,
-    annotate,
-    load_paper,
-    metric_table,
-    read_stats,
-)
-from dgno.report.section import Section, figure
-from dgno.report.tables import paper_key, paper_row
-
-
-def table_levels(config: dict, dataset: str) -> list[str]:
-    """Levels a main table averages over: the test levels the models were trained on (the paper's
-    tables report in-distribution planes; unseen planes go to the defocus table)."""
-    ds = config["datasets"][dataset]
-    seen = [lvl for lvl in ds["test_levels"] if lvl in ds["train_levels"]]
-    return seen or ds["test_levels"]
+from dgno.report.reading import load_paper, paper_key, paper_row, read_stats
+from dgno.report.render import Cell, Table, annotate, metric_table
+from dgno.report.section import Section, experiment_section, table_metrics
 
 
 def psnr_of(summaries: pd.DataFrame, dataset: str, method: str, levels: list[str], metric: str = "psnr") -> tuple[float | None, str | None]:
@@ -37,12 +23,13 @@ def psnr_of(summaries: pd.DataFrame, dataset: str, method: str, levels: list[str
     return float(sub[metric].mean()), None
 
 
-def main_section(config: dict, summaries: pd.DataFrame, results: Path) -> Section:
+def main_section(name: str, config: dict, summaries: pd.DataFrame, results: Path | None = None) -> Section:
     """Table 1: every method on every main dataset; our datasets map to the paper's columns by paper_column."""
-    exp = config["experiments"]["main"]
-    paper = load_paper("main")
+    exp = config["experiments"][name]
+    paper = load_paper(name)
     dss = exp["datasets"]
-    sec = Section(id="main", title="Main results (Table 1)", paper_source=paper.get("source", ""))
+    sec = experiment_section(name, paper.get("source", ""))
+    results = Path(results or "results")
     keys = {ds: config["datasets"][ds].get("paper_column", ds) for ds in dss}
     sec.notes.append("Columns: " + "; ".join(f"{ds} → paper column {keys[ds]}" for ds in dss) + ". Levels: the in-distribution test levels of each dataset.")
     levels = {ds: table_levels(config, ds) for ds in dss}
@@ -73,17 +60,15 @@ def main_section(config: dict, summaries: pd.DataFrame, results: Path) -> Sectio
             methods=exp["methods"],
             method_cfgs=config["methods"],
             levels=levels,
-            metrics=["psnr", "ssim", "lpips"],
+            metrics=table_metrics(name),
             paper_rows=paper.get("rows", {}),
             paper_dataset_key=keys,
             extra=luma or None,
-            stats=read_stats(results / "tables" / "main_stats.csv"),
-            deltas=table_spec(config, "main")["versus"],
+            stats=read_stats(results / "tables" / f"{name}_stats.csv"),
+            deltas=table_spec(config, name)["versus"],
             stat_metric={(ds, "psnr"): "psnr_y8" for _, ds, _ in luma},
         )
     )
-    for ds in dss:  # one visual comparison per column of the table (w1, w2, 3DHistech at paper scale)
-        sec.figures.append(figure(results, f"figures/visual_{ds}.png", f"Visual comparison on {ds}"))
     return sec
 
 
@@ -114,7 +99,7 @@ def _one_dataset_table(sec: Section, config: dict, summaries: pd.DataFrame, exp:
             methods=exp["methods"],
             method_cfgs=config["methods"],
             levels={ds: table_levels(config, ds)},
-            metrics=["psnr", "ssim", "lpips"],
+            metrics=table_metrics(sec.id),
             paper_rows=paper_rows,
             stats=stats,
             deltas=table_spec(config, sec.id)["versus"] if stats is not None else [],
@@ -123,11 +108,11 @@ def _one_dataset_table(sec: Section, config: dict, summaries: pd.DataFrame, exp:
     return sec
 
 
-def lifting_section(config: dict, summaries: pd.DataFrame, results: Path | None = None) -> Section:
-    exp = config["experiments"]["lifting"]
-    paper = load_paper("lifting")
+def lifting_section(name: str, config: dict, summaries: pd.DataFrame, results: Path | None = None) -> Section:
+    exp = config["experiments"][name]
+    paper = load_paper(name)
     ds = exp["dataset"]
-    sec = Section(id="lifting", title="Lifting modules with and without DGNO operator layers", paper_source=paper.get("source", ""))
+    sec = experiment_section(name, paper.get("source", ""))
     sec.notes.append(f"Dataset {ds}. '<encoder>-dgno' = that encoder as the lifting module of DGNO-Cell's decoder of operator layers.")
     return _one_dataset_table(sec, config, summaries, exp, paper, paper.get("rows", {}), results)
 
@@ -139,11 +124,11 @@ def _fallback_levels(results: Path | None, dataset: str, levels: list[str]) -> d
     return {lvl: sets[lvl]["note"] for lvl in levels if lvl in sets}
 
 
-def defocus_section(config: dict, summaries: pd.DataFrame, results: Path | None = None) -> Section:
+def defocus_section(name: str, config: dict, summaries: pd.DataFrame, results: Path | None = None) -> Section:
     """PSNR per unseen defocus level; dataset i compares with the paper's defocus table of its paper_column."""
-    exp = config["experiments"]["defocus"]
-    sec = Section(id="defocus", title="Generalisation to unseen defocus levels")
-    stats = read_stats(results / "tables" / "defocus_stats.csv") if results is not None else None
+    exp = config["experiments"][name]
+    sec = experiment_section(name)
+    stats = read_stats(results / "tables" / f"{name}_stats.csv") if results is not None else None
     for ds in exp["datasets"]:
         col = config["datasets"][ds].get("paper_column", ds)
         paper = load_paper("defocus_w2" if col.endswith("w2") else "defocus_w1")
@@ -177,16 +162,13 @@ def real_paper_row(rows: dict[str, dict], cfg: dict, method: str) -> tuple[str |
     return key, (rows[key] if key else {})
 
 
-REAL_DEFOCUS_TITLES = {"dpdd": "Real-world defocus deblurring on DPDD (Table 5)", "realdof": "RealDOF test set (Table 10)"}
-
-
 def real_defocus_section(name: str, config: dict, summaries: pd.DataFrame, results: Path | None = None) -> Section:
     """DPDD / RealDOF: the configured methods measured beside the paper's rows ('not run' + command when absent)."""
     exp = config["experiments"][name]
     paper = load_paper(name)
     ds = exp["dataset"]
     dcfg = config["datasets"][ds]
-    sec = Section(id=name, title=REAL_DEFOCUS_TITLES[name], paper_source=paper.get("source", ""))
+    sec = experiment_section(name, paper.get("source", ""))
     trained = dcfg.get("trained_on", ds)
     sec.notes.append(f"Dataset {ds}: the authors' test pairs, the camera's own blur (level 'real'); models trained on {trained}'s training split.")
     rows, used, paper_rows = paper.get("rows", {}), set(), {}
@@ -208,19 +190,19 @@ def _ranges(photometry: dict) -> str:
     return ", ".join(f"{k} {v[0]:g}–{v[1]:g}" for k, v in photometry.items())
 
 
-def robustness_section(config: dict, summaries: pd.DataFrame, results: Path | None = None) -> Section:
+def robustness_section(name: str, config: dict, summaries: pd.DataFrame, results: Path | None = None) -> Section:
     """Each demo model on test images whose photometry lies outside its training range, beside the blurred input.
 
     The question is whether a model helps or harms on images unlike its training data (a demo-trained model
     applied to a real microscope's images): the gain over the blurred input is the number to read, in range
     and out of range, on the same blur levels.
     """
-    exp = config["experiments"]["robustness"]
+    exp = config["experiments"][name]
     ood = exp["dataset"]
     dcfg = config["datasets"][ood]
     trained = dcfg["trained_on"]
     levels = dcfg["test_levels"]
-    sec = Section(id="robustness", title="Robustness: demo models on photometry outside the training range")
+    sec = experiment_section(name)
     train_ph, ood_ph = config["datasets"][trained]["photometry"], dcfg["photometry"]
     outside = [k for k in ood_ph if ood_ph[k][0] > train_ph[k][1] or ood_ph[k][1] < train_ph[k][0]]
     sec.notes.append(
@@ -228,10 +210,10 @@ def robustness_section(config: dict, summaries: pd.DataFrame, results: Path | No
         f"Scored on {ood}: the same test scenes and blur levels ({', '.join(levels)}) with photometry "
         f"{_ranges({k: ood_ph[k] for k in outside})} — outside the training range in {', '.join(outside)}; the other keys as in training. "
         "Both sets are min-max normalised per image (the BBBC006 protocol) before scoring. "
-        "Rerun: snakemake --cores all results/tables/robustness.csv"
+        f"Rerun: snakemake --cores all results/tables/{name}.csv"
     )
     groups = [(f"in range: {trained}", trained), (f"out of range: {ood}", ood)]
-    stats = read_stats(results / "tables" / "robustness_stats.csv") if results is not None else None
+    stats = read_stats(results / "tables" / f"{name}_stats.csv") if results is not None else None
     table = Table(columns=[(g, m) for g, _ in groups for m in ("psnr", "psnr_gain_input")])
     below = []
     for method in ["input", *exp["methods"]]:

@@ -6,30 +6,21 @@ from pathlib import Path
 
 import pandas as pd
 
+from dgno.experiments.catalogue import table_levels
 from dgno.report.comparisons import table_spec
 from dgno.report.operators_section import edge_band_caption, edge_band_values, gain_verdict
-from dgno.report.render import (
-    Cell,
-    Table,
-    annotate,
-    eval_command,
-    load_paper,
-    metric_table,
-    read_stats,
-    stat_row,
-)
-from dgno.report.results import table_levels
-from dgno.report.section import Section, figure
-from dgno.report.tables import paper_row
+from dgno.report.reading import load_paper, paper_row, read_stats
+from dgno.report.render import Cell, Table, annotate, eval_command, metric_table, stat_row
+from dgno.report.section import Section, experiment_section, table_metrics
 
 
-def synthetic_section(config: dict, summaries: pd.DataFrame, results: Path) -> Section:
-    exp = config["experiments"]["synthetic"]
+def synthetic_section(name: str, config: dict, summaries: pd.DataFrame, results: Path) -> Section:
+    exp = config["experiments"][name]
     dss, methods = exp["datasets"], exp["methods"]
     mcfg = config["methods"]
-    paper = load_paper("synthetic")
+    paper = load_paper(name)
     levels = {ds: table_levels(config, ds) for ds in dss}
-    sec = Section(id="synthetic", title="Controlled synthetic experiment under spatially varying blur", paper_source=paper.get("source", ""))
+    sec = experiment_section(name, paper.get("source", ""))
     for ds in dss:
         d = config["datasets"][ds]
         rng = next(iter(d["levels"].values()))
@@ -40,11 +31,11 @@ def synthetic_section(config: dict, summaries: pd.DataFrame, results: Path) -> S
     extra: dict = {}
     for ds in dss:
         extra.update(edge_band_values(results, ds))
-    stats = read_stats(results / "tables" / "synthetic_stats.csv")
+    stats = read_stats(results / "tables" / f"{name}_stats.csv")
     sec.tables.append(
         metric_table(
-            summaries, datasets=dss, methods=methods, method_cfgs=mcfg, levels=levels, metrics=["psnr", "ssim"], paper_rows=paper_rows,
-            paper_dataset_key=dataset_key, stats=stats, deltas=table_spec(config, "synthetic")["versus"],
+            summaries, datasets=dss, methods=methods, method_cfgs=mcfg, levels=levels, metrics=table_metrics(name), paper_rows=paper_rows,
+            paper_dataset_key=dataset_key, stats=stats, deltas=table_spec(config, name)["versus"],
         )
     )  # fmt: skip
     if extra:
@@ -69,10 +60,6 @@ def synthetic_section(config: dict, summaries: pd.DataFrame, results: Path) -> S
                 v = gain_verdict(summaries, ds, m, gg, labels, pg, levels[ds], stats)
                 if v:
                     sec.verdicts.append(v)
-    sec.figures.append(figure(results, "figures/synthetic_psnr.png", "PSNR per method and sigma range (bars: measured; black ticks: paper)"))
-    for ds in dss:
-        sec.figures.append(figure(results, f"figures/visual_{ds}.png", f"Visual comparison on {ds}"))
-        sec.figures.append(figure(results, f"figures/training_curves_{ds}.png", f"Training curves on {ds}"))
     return sec
 
 
@@ -87,20 +74,20 @@ def synthetic_paper_rows(paper: dict, config: dict, datasets: list[str]) -> tupl
     return rows, dataset_key
 
 
-def synthetic_bbbc006_section(config: dict, summaries: pd.DataFrame, results: Path) -> Section:
+def synthetic_bbbc006_section(name: str, config: dict, summaries: pd.DataFrame, results: Path) -> Section:
     """The paper's second controlled synthetic experiment: BBBC006 w1 with sigma-map blur, GG vs DG.
 
     The paper gives whole-image PSNRs of GG and "DG" (25.81 → 27.75 dB, +1.94) and the gain on
     boundary regions (+1.77 dB), without saying which DG variant or how boundary regions are drawn;
     here every DG variant is compared with GG, and the boundary gain is the edge-band gain.
     """
-    exp = config["experiments"]["synthetic_bbbc006"]
+    exp = config["experiments"][name]
     ds, methods, mcfg = exp["dataset"], exp["methods"], config["methods"]
-    paper = load_paper("synthetic_bbbc006")
+    paper = load_paper(name)
     prows = paper.get("rows", {})
     d = config["datasets"][ds]
     levels = table_levels(config, ds)
-    sec = Section(id="synthetic_bbbc006", title="Controlled synthetic experiment on BBBC006 w1 (sigma-map blur)", paper_source=paper.get("source", ""))
+    sec = experiment_section(name, paper.get("source", ""))
     rng = d["levels"][levels[0]]
     sec.notes.append(
         f"Sharp images of {d['base']} (its split; the test split is the paper's 153 images at full scale) blurred by random "
@@ -109,7 +96,7 @@ def synthetic_bbbc006_section(config: dict, summaries: pd.DataFrame, results: Pa
     )
     band = edge_band_values(results, ds)
     gg = next((m for m in methods if mcfg[m]["model"] == "gg"), None)
-    stats = read_stats(results / "tables" / "synthetic_bbbc006_stats.csv")
+    stats = read_stats(results / "tables" / f"{name}_stats.csv")
     band_stats = read_stats(results / "tables" / f"edge_band_{ds}_stats.csv")
 
     def measured(method: str, metric: str) -> float | None:
@@ -143,8 +130,6 @@ def synthetic_bbbc006_section(config: dict, summaries: pd.DataFrame, results: Pa
         "The paper's 'DG' row (variant not stated) is shown beside every DG variant."
     )
     sec.tables.append(table)
-    sec.figures.append(figure(results, f"figures/visual_{ds}.png", f"Visual comparison on {ds}"))
-    sec.figures.append(figure(results, f"figures/edge_band_{ds}.png", f"Edge-band vs interior PSNR on {ds}"))
     return sec
 
 

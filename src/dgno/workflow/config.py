@@ -8,12 +8,14 @@ filled in so the rules never guess.
 from __future__ import annotations
 
 import copy
+import warnings
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
+from dgno.data import RENAMED_SOURCES, paired_sets
 from dgno.models.registry import list_models
 from dgno.workflow.settings import SPEED_ONLY_TRAIN
 
@@ -91,6 +93,7 @@ def validate_config(config: dict, schema: dict | None = None) -> dict:
         return copy.deepcopy(dict(config))
     schema = schema or load_schema()
     cfg = copy.deepcopy(dict(config))
+    _rename_sources(cfg)
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), _key(e.absolute_path)))
     if errors:
@@ -106,6 +109,20 @@ def validate_config(config: dict, schema: dict | None = None) -> dict:
     expand_ablations(cfg)
     cfg["_validated"] = True
     return cfg
+
+
+def _rename_sources(cfg: dict) -> None:
+    """Read a dataset source by a deprecated name (dgno.data.RENAMED_SOURCES) as its replacement, saying so once per dataset."""
+    for name, ds in (cfg.get("datasets") or {}).items():
+        if isinstance(ds, dict) and ds.get("source") in RENAMED_SOURCES:
+            replacement = RENAMED_SOURCES[ds["source"]]
+            warnings.warn(
+                f"config key datasets.{name}.source: {ds['source']!r} is deprecated, read as {replacement!r} (the same generated images). "
+                f"Fix: write source: {replacement}",
+                FutureWarning,
+                stacklevel=3,
+            )
+            ds["source"] = replacement
 
 
 def ablation_method(variant: str, params: dict[str, Any]) -> str:
@@ -298,7 +315,7 @@ def _check_experiment_names(cfg: dict, exp: str, spec: dict) -> None:
                 )
 
 
-PAIRED_SOURCES = ("3dhistech", "dpdd", "realdof")  # real (blurred, sharp) pairs: dgno.data.paired_sets
+PAIRED_SOURCES = paired_sets.SOURCES  # real (blurred, sharp) pairs: one layout each in dgno.data.paired_sets
 
 
 def _check_paired_dataset(cfg: dict, name: str, ds: dict) -> None:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dgno.data import GENERATED_SOURCES
 from dgno.workflow import resources
 from dgno.workflow.config import load_config
 from dgno.workflow.settings import method_settings, train_settings
@@ -219,7 +220,7 @@ def test_split(config: Mapping[str, Any], dataset: str) -> tuple[int, int, int, 
     if spec["source"] in ("sigma_map", "seidel"):  # the sharp images of its base dataset, same split
         n, h, w, src = test_split(config, spec["base"])
         return n, h, w, f"{src} (its base {spec['base']})"
-    if spec["source"].startswith("demo_"):  # generated here: the config says how many and how large
+    if spec["source"] in GENERATED_SOURCES:  # generated here: the config says how many and how large
         return int(spec["n_test"]), int(spec["size"][0]), int(spec["size"][1]), "config"
     recorded = json.loads(SPLIT_FILE.read_text()).get("test_split_sizes", {}) if SPLIT_FILE.exists() else {}
     if dataset in recorded:

@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from dgno.choices import check_choice
+from dgno.data import GENERATED_SOURCES
+from dgno.experiments import catalogue
+from dgno.experiments.catalogue import experiment_datasets, table_levels
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import resolved_spec
 from dgno.workflow import reproduction
@@ -55,8 +58,8 @@ def datasets_with_source(config: Config, *sources: str) -> list[str]:
 
 
 def generated_datasets(config: Config) -> list[str]:
-    """Datasets whose sharp images the workflow generates (sources demo_*)."""
-    return [d for d, spec in config["datasets"].items() if spec["source"].startswith("demo_")]
+    """Datasets whose sharp images the workflow generates (dgno.data.GENERATED_SOURCES)."""
+    return [d for d, spec in config["datasets"].items() if spec["source"] in GENERATED_SOURCES]
 
 
 def paired_datasets(config: Config) -> list[str]:
@@ -69,12 +72,6 @@ def ablation_methods(config: Config) -> set[str]:
     return {r["method"] for rows in config["ablation_runs"].values() for r in rows}
 
 
-def experiment_datasets(config: Config, name: str) -> list[str]:
-    """The dataset(s) of one experiment (``datasets`` or a single ``dataset``)."""
-    spec = config["experiments"][name]
-    return spec.get("datasets", [spec.get("dataset")])
-
-
 def experiment_methods(config: Config, dataset: str) -> list[str]:
     """Methods trained on `dataset` by any experiment (ordered as in the config)."""
     used = set()
@@ -84,26 +81,26 @@ def experiment_methods(config: Config, dataset: str) -> list[str]:
     return [m for m in config["methods"] if m in used]
 
 
-def table_levels(config: Config, dataset: str) -> list[str]:
-    """Levels the main tables average over: test levels the models were trained on (else all)."""
-    ds = config["datasets"][dataset]
-    seen = [lvl for lvl in ds["test_levels"] if lvl in ds["train_levels"]]
-    return seen or ds["test_levels"]
+def _own_outputs_only(config: Config) -> set[str]:
+    """Datasets of experiments whose entry says ``dataset_outputs=False``: the non-blind one (its figures come
+    from its own entry) and the robustness set (only its table: the demo stays cheap)."""
+    return {
+        ds for e in catalogue.configured(config) if e.config_key == "experiments" and not e.dataset_outputs for ds in experiment_datasets(config, e.name)
+    }
 
 
 def experiment_dataset_set(config: Config) -> list[str]:
-    """Datasets with trained methods, except the non-blind one (its figures come from its own rules) and
-    the robustness set (only its table: the demo stays cheap)."""
-    skip = {config["experiments"].get(n, {}).get("dataset") for n in ("nonblind", "robustness")}
+    """Datasets with trained methods that get the per-dataset tables and figures (catalogue.DATASET_FIGURES)."""
+    skip = _own_outputs_only(config)
     return [ds for ds in config["datasets"] if experiment_methods(config, ds) and ds not in skip]
 
 
 def figure_rows(config: Config, dataset: str) -> dict[str, str]:
     """{results folder: label} of every restoration shown for `dataset` (methods, then deconvolution)."""
     rows = method_labels(config, experiment_methods(config, dataset))
-    nonblind = config["experiments"].get("nonblind", {})
-    if nonblind.get("dataset") == dataset:
-        rows.update({d: DECONV_LABELS[d] for d in nonblind.get("deconvolution", [])})
+    for name, spec in config["experiments"].items():  # the non-blind comparison's deconvolutions
+        if dataset in experiment_datasets(config, name):
+            rows.update({d: DECONV_LABELS[d] for d in spec.get("deconvolution", [])})
     return rows
 
 
@@ -282,9 +279,9 @@ def restored_readers(config: Config) -> frozenset[tuple[str, str, str]]:
     edge-band table and error-difference figure (experiment methods at the table levels), the
     visual comparison (its rows at the first table level) and StarDist (its methods at its level).
     Every other evaluation (ablation grid points, other levels) writes scores only."""
-    nb = config["experiments"].get("nonblind", {}).get("dataset")
+    shown = [ds for e in catalogue.configured(config) if "visual" in e.figures and not e.dataset_outputs for ds in experiment_datasets(config, e.name)]
     need = set()
-    for ds in experiment_dataset_set(config) + ([nb] if nb else []):
+    for ds in experiment_dataset_set(config) + shown:
         levels = table_levels(config, ds)
         need |= {(ds, m, lvl) for m in experiment_methods(config, ds) for lvl in levels}
         need |= {(ds, m, levels[0]) for m in figure_rows(config, ds)}
@@ -355,12 +352,20 @@ def edge_band_summaries(config: Config, dataset: str) -> list[str]:
     return summaries(dataset, methods, levels) + extra
 
 
-def robustness_summaries(config: Config) -> list[str]:
-    """Summaries of the robustness table: each method and the blurred input on the out-of-range set and,
-    for comparison, on the same levels of the dataset the models were trained on."""
-    if "robustness" not in config["experiments"]:
-        return []
-    spec = config["experiments"]["robustness"]
+def table_summaries(config: Config, table: str) -> list[str]:
+    """The evaluation summaries behind one results table (an experiment's, or ``ablation_<name>``)."""
+    entry = catalogue.by_table(table)
+    if entry.config_key == "ablations":
+        return ablation_summaries(config, entry.name)
+    if entry.table.datasets == "trained_on_and_experiment":
+        return trained_on_summaries(config, entry.name)
+    return experiment_summaries(config, entry.name)
+
+
+def trained_on_summaries(config: Config, name: str) -> list[str]:
+    """Summaries of a table that scores an experiment's methods and the blurred input on its dataset and, for
+    comparison, on the same levels of the dataset the models were trained on (the robustness table)."""
+    spec = config["experiments"][name]
     ds = spec["dataset"]
     levels = config["datasets"][ds]["test_levels"]
     trained = config["datasets"][ds]["trained_on"]

@@ -24,11 +24,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from dgno.experiments import catalogue
+from dgno.experiments.catalogue import experiment_seeds
 from dgno.io import replicate_dir
-from dgno.report.comparisons import SEEDED_EXPERIMENTS, experiment_seeds, is_trained, row_replicates
+from dgno.report.comparisons import is_trained, row_replicates
 
 Config = Mapping[str, Any]
-__all__ = ["SEEDED_EXPERIMENTS", "experiment_seeds", "is_trained", "row_replicates"]
+__all__ = ["experiment_seeds", "is_trained", "row_replicates"]
 
 
 def method_dir(method: str, replicate: int) -> str:
@@ -65,7 +67,7 @@ def replicate_summaries(config: Config, name: str, datasets: Iterable[str], rows
 def seeds_of(config: Config, dataset: str, method: str) -> list[int]:
     """Every replicate of one (dataset, method) any experiment asks for: 0 … max(seeds) − 1."""
     n = 1
-    for name in SEEDED_EXPERIMENTS:
+    for name in (e.name for e in catalogue.EXPERIMENTS if e.seeded):
         spec = config["experiments"].get(name)
         if spec and method in spec.get("methods", []) and dataset in spec.get("datasets", [spec.get("dataset")]):
             n = max(n, int(spec.get("seeds", 1)))

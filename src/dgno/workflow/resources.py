@@ -1,8 +1,10 @@
-"""What each workflow rule asks a cluster for: threads, memory, wall time and whether it needs a GPU.
+"""What each workflow rule asks a cluster for: threads, memory, wall time, whether it needs a GPU, and
+whether it runs where Snakemake runs (a local rule) instead of as a cluster job.
 
-One table rather than numbers scattered over the rule files, so that the profile test can check
-that GPU rules (and only those) go to the GPU partition, and a reviewer can see the whole paper
-run's request at a glance. Values are those of the first attempt at paper scale (``scale: paper``);
+One table rather than numbers scattered over the rule files: every rule takes its request from here
+(``threads_for`` and ``resources_for`` in ``workflow/rules/common.smk``), the Snakefile's local rules
+are the table's ``local`` entries, and the profile test checks that GPU rules (and only those) go to
+the GPU partition of ``profiles/slurm``; a reviewer sees the whole paper run's request at a glance. Values are those of the first attempt at paper scale (``scale: paper``);
 a retry (the profile's ``retries``) gets ``attempt`` times the memory and wall time, because the
 usual reason a cluster job fails twice the same way is that it was killed for exceeding one of
 them. Training also resumes from its checkpoint on a retry, so a longer second attempt finishes it.
@@ -13,21 +15,27 @@ a short wall time: the images are tiny, and the single-node test cluster must fi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class Request:
+    """threads, memory (MB) and wall time (min) at paper scale; gpu: one GPU unless ``device: cpu``;
+    local: runs where Snakemake runs (downloads need its network; light bookkeeping and plots are not
+    worth a queue wait)."""
+
     threads: int
     mem_mb: int
     runtime_min: int
     gpu: bool = False
+    local: bool = False
 
 
-DOWNLOAD = Request(1, 2000, 240)  # network bound; 240 min covers a slow mirror for RealDOF/DPDD
+DOWNLOAD = Request(1, 2000, 240, local=True)  # network bound; 240 min covers a slow mirror for RealDOF/DPDD
 PREPARE = Request(2, 8000, 120)  # decode, crop and write one dataset's images once
-TABLE = Request(1, 2000, 30)  # reads summary.json / CSV files only
-FIGURE = Request(1, 4000, 60)  # a few images and a matplotlib figure
+TABLE = Request(1, 2000, 30, local=True)  # reads summary.json / CSV files only
+FIGURE = Request(1, 4000, 60, local=True)  # a few images and a matplotlib figure
 
 # Paper-scale request of every rule that runs something (aggregate target rules run nothing).
 PAPER: dict[str, Request] = {
@@ -37,7 +45,7 @@ PAPER: dict[str, Request] = {
     "bbbc006_labels": DOWNLOAD,
     "bbbc006_prepare": PREPARE,
     "bbbc006_authors_archive": DOWNLOAD,  # 3.2 GB, then unpacked once
-    "bbbc006_broad_names": Request(1, 1000, 30),  # the central directories of three zips, about 100 kB each
+    "bbbc006_broad_names": Request(1, 1000, 30, local=True),  # network: the central directories of three zips, about 100 kB each
     "paired_source": DOWNLOAD,
     "paired_prepare": PREPARE,
     "sigma_sharp": PREPARE,
@@ -72,12 +80,7 @@ PAPER: dict[str, Request] = {
     "figure_psnr_params": FIGURE,
     "runtime_memory": FIGURE,
     # tables, figures, report
-    "table_operators": TABLE,
-    "table_synthetic": TABLE,
-    "table_nonblind": TABLE,
-    "table_robustness": TABLE,
-    "table_experiment": TABLE,
-    "table_ablation": TABLE,
+    "table": TABLE,  # every results table (dgno.experiments.catalogue)
     "claims": TABLE,  # the paper's claims, measured from the tables' per-image files
     "edge_band": Request(2, 8000, 120),  # reads every restored image of a dataset
     "edge_band_definition": TABLE,
@@ -93,16 +96,25 @@ PAPER: dict[str, Request] = {
 }
 
 DEMO = Request(1, 1000, 30)
+# A plotting rule the table does not list (figure_<name>) asks for FIGURE: a report figure is its script,
+# its rule and its entry in dgno.experiments.catalogue (docs/extending.md), not a line here too.
+PLOT_PREFIX = "figure_"
+
+
+def _paper_request(rule: str) -> Request:
+    if rule in PAPER:
+        return PAPER[rule]
+    if rule.startswith(PLOT_PREFIX):
+        return FIGURE
+    raise KeyError(
+        f"dgno.workflow.resources: rule '{rule}' has no entry in PAPER (src/dgno/workflow/resources.py); "
+        "add its threads, memory, wall time and GPU need there"
+    )
 
 
 def request(rule: str, scale: str) -> Request:
     """The request of ``rule`` at the config's ``scale`` (``paper`` or anything smaller)."""
-    if rule not in PAPER:
-        raise KeyError(
-            f"dgno.workflow.resources: rule '{rule}' has no entry in PAPER (src/dgno/workflow/resources.py); "
-            "add its threads, memory, wall time and GPU need there"
-        )
-    paper = PAPER[rule]
+    paper = _paper_request(rule)
     return paper if scale == "paper" else Request(DEMO.threads, DEMO.mem_mb, DEMO.runtime_min, paper.gpu)
 
 
@@ -124,7 +136,27 @@ def runtime(rule: str, scale: str):
 
 def gpus(rule: str, device: str) -> int:
     """GPUs the rule asks for: one for GPU work unless the config runs on the CPU (``device: cpu``)."""
-    return int(PAPER[rule].gpu and device != "cpu")
+    return int(request(rule, "paper").gpu and device != "cpu")
 
 
-__all__ = ["DEMO", "PAPER", "Request", "gpus", "mem_mb", "request", "runtime", "threads"]
+def rule_resources(rule: str, scale: str, device: str) -> dict:
+    """A rule's ``resources:`` (memory and wall time as functions of the retry; ``gpu`` for GPU work only)."""
+    out = {"mem_mb": mem_mb(rule, scale), "runtime": runtime(rule, scale)}
+    if request(rule, "paper").gpu:
+        out["gpu"] = gpus(rule, device)
+    return out
+
+
+def local_rules(defined: Iterable[str] = ()) -> list[str]:
+    """The rules that run where Snakemake runs (the Snakefile declares them local; never a GPU rule): the
+    table's local entries, and of the ``defined`` rules the plotting rules the table does not list."""
+    listed = [name for name, req in PAPER.items() if req.local]
+    return listed + [name for name in defined if name not in PAPER and name.startswith(PLOT_PREFIX)]
+
+
+def gpu_rules() -> list[str]:
+    """The rules that ask for a GPU (``profiles/slurm`` sends exactly these to its GPU partition)."""
+    return [name for name, req in PAPER.items() if req.gpu]
+
+
+__all__ = ["DEMO", "PAPER", "Request", "gpu_rules", "gpus", "local_rules", "mem_mb", "request", "rule_resources", "runtime", "threads"]

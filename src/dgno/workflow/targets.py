@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from dgno.experiments import catalogue
 from dgno.workflow import reproduction
 from dgno.workflow.plan import (
     Config,
     experiment_dataset_set,
     experiment_methods,
-    experiment_summaries,
     gg_dg_pair,
     lam_datasets,
     main_dataset,
@@ -22,75 +22,57 @@ from dgno.workflow.plan import (
 )
 
 
-def _nonblind_targets(config: Config) -> list[str]:
-    ds = config["experiments"]["nonblind"]["dataset"]
-    return [
-        "results/tables/nonblind.csv",
-        f"results/nonblind/{ds}/calibration.json",
-        f"results/data/{ds}/manifest.json",
-        f"results/figures/nonblind_sensitivity_{ds}.png",
-        f"results/figures/visual_{ds}.png",
-        f"results/figures/training_curves_{ds}.png",
-    ]
-
-
 def _dataset_targets(config: Config, ds: str) -> list[str]:
-    """Edge-band table (with its per-image values and gains), visual comparison, training curves (when it
-    trains) and residual figure of one dataset."""
-    files = [f"results/tables/edge_band_{ds}.csv", f"results/tables/edge_band_{ds}_stats.csv", f"results/figures/visual_{ds}.png"]
-    if "trained_on" not in config["datasets"][ds]:  # no training of its own to plot
-        files.append(f"results/figures/training_curves_{ds}.png")
-    if gg_dg_pair(config, experiment_methods(config, ds)):
-        files.append(f"results/figures/error_difference_{ds}.png")
+    """What every dataset an experiment trains on gets (catalogue.DATASET_FIGURES): its edge-band table (with
+    its per-image values and gains) and figures — training curves only when it trains, the residual figure
+    only with a GG and a DG method."""
+    skip = set()
+    if "trained_on" in config["datasets"][ds]:  # no training of its own to plot
+        skip.add("training_curves")
+    if not gg_dg_pair(config, experiment_methods(config, ds)):
+        skip.add("error_difference")
+    figures = [catalogue.FIGURES[key].path.format(dataset=ds) for key in catalogue.DATASET_FIGURES if key not in skip]
+    return [f"results/tables/edge_band_{ds}.csv", f"results/tables/edge_band_{ds}_stats.csv", *figures]
+
+
+def experiment_targets(config: Config, name: str) -> list[str]:
+    """A configured experiment's results table with its statistics, the figures and other files its section reads."""
+    entry = catalogue.experiment(name)
+    files = catalogue.table_files(entry.table_name) if entry.table_name in catalogue.tables(config) else []
+    if entry.config_key == "experiments":
+        files += catalogue.figure_files(config, entry.name) + catalogue.other_files(config, entry.name)
     return files
-
-
-TABLE_EXPERIMENTS = ("main", "lifting", "defocus", "synthetic_bbbc006", "dpdd", "realdof", "operators", "robustness", "synthetic")
-
-
-def _with_stats(tables: list[str]) -> list[str]:
-    """Each results table and its ``_stats.csv`` (per-image intervals, highlight; dgno.report.comparisons)."""
-    return [f for t in tables for f in (t, t.removesuffix(".csv") + "_stats.csv")]
 
 
 def report_inputs(config: Config) -> list[str]:
     """Tables (each with its statistics), figures and summaries the report's sections read in this configuration."""
-    experiments = config["experiments"]
     files = ["results/tables/model_summary.csv", "results/tables/edge_band_definition.txt"]
-    if "nonblind" in experiments:
-        files += _nonblind_targets(config) + ["results/tables/nonblind_stats.csv"]
-    files += _with_stats([f"results/tables/ablation_{name}.csv" for name in config["ablation_runs"]])
-    if "stardist" in experiments:
-        files += _with_stats([f"results/tables/stardist_{experiments['stardist']['dataset']}.csv"])
-    files += _with_stats([f"results/tables/{name}.csv" for name in TABLE_EXPERIMENTS if name in experiments])
-    for name in ("dpdd", "realdof"):
-        if name in experiments:
-            files += experiment_summaries(config, name)
-    if "synthetic" in experiments:
-        files.append("results/figures/synthetic_psnr.png")
+    for entry in catalogue.configured(config):
+        files += experiment_targets(config, entry.name)
     for ds in experiment_dataset_set(config):
         files += _dataset_targets(config, ds)
     if reproduction.methods(config):
         files.append(reproduction.TABLE)
-    return files
+    return list(dict.fromkeys(files))
 
 
 def analysis_report_inputs(config: Config, bench_files: Iterable[str] = ()) -> list[str]:
     """Files the report's analysis figures need in this configuration; ``bench_files`` are the
     benchmark results found in the repository (the runtime/memory figure needs at least one)."""
-    files = ["results/tables/cost_vs_resolution.csv", "results/figures/cost_vs_resolution.png"]
+    figure = {key: f.path for key, f in catalogue.FIGURES.items()}
+    files = ["results/tables/cost_vs_resolution.csv", figure["cost_vs_resolution"]]
     for ds in rank_datasets(config):
         if rank_methods(config, ds):
             files += [
                 f"results/tables/effective_rank_{ds}.csv",
-                f"results/figures/effective_rank_{ds}.png",
+                figure["effective_rank"].format(dataset=ds),
                 f"results/tables/operator_maps_{ds}.csv",
-                f"results/figures/operators_{ds}.png",
+                figure["operator_maps"].format(dataset=ds),
             ]
     for ds in lam_datasets(config):
-        files += [f"results/tables/lam_{ds}.csv", f"results/figures/lam_{ds}.png"]
+        files += [f"results/tables/lam_{ds}.csv", figure["lam"].format(dataset=ds)]
     if main_dataset(config):
-        files.append("results/figures/psnr_vs_params.png")
+        files.append(figure["psnr_vs_params"])
     if list(bench_files):
-        files.append("results/figures/runtime_memory.png")
+        files.append(figure["runtime_memory"])
     return files
