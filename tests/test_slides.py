@@ -192,3 +192,18 @@ def test_level_and_resolution_choice(tmp_path):
     brightfield_slide(bare, shape=(300, 300), layout="single-level", regions=[], mpp=None)
     with pytest.raises(InputError, match=r"bare\.tif: the slide does not record its pixel size.*--level"):
         restore_slide(bare, tmp_path / "c", network=network(), mpp=0.5, progress=False)
+
+
+def test_jpeg_output_for_8_bit_rgb_only(tmp_path):
+    src = tmp_path / "he.tif"
+    img = brightfield_slide(src, shape=(600, 700), layout="single-level", regions=[])
+    restore_slide(src, tmp_path / "o", network=network(fn=affine), restore="all", compression="jpeg", progress=False)
+    with tifffile.TiffFile(tmp_path / "o" / "he.ome.tif") as tf:
+        assert tf.pages[0].compression == tifffile.COMPRESSION.JPEG
+        out = tf.series[0].levels[0].asarray().astype(float)
+    expected = np.clip(np.rint((img / 255.0 * 0.8 + 0.1) * 255), 0, 255)
+    assert np.abs(out - expected).mean() < 3.0  # lossy, but the restoration
+    fl = tmp_path / "fl.ome.tif"
+    fluorescence_slide(fl, shape=(300, 300), regions=[])
+    with pytest.raises(InputError, match=r"fl\.ome\.tif: --compression jpeg needs an 8-bit RGB slide.*Fix: use the default lossless"):
+        restore_slide(fl, tmp_path / "o", network=network(1), channel="0", compression="jpeg", progress=False)

@@ -99,6 +99,11 @@ def test_bad_slides_give_one_clear_error_each_and_no_output(model, tmp_path, cap
     assert "cut.tif: file is truncated" in err and "notes.txt: not a slide format this reads" in err and "missing.svs: slide does not exist" in err
     assert all(line.count("Fix:") == 1 for line in err.splitlines() if line.startswith("error:"))
     assert not list(out.glob("*.ome.tif"))  # nothing under a final name
+    (tmp_path / "b").mkdir()
+    twin = tmp_path / "b" / "corrupt.ome.tif"
+    twin.write_bytes(corrupt.read_bytes())
+    assert main(["deblur-slide", str(corrupt), str(twin), "--checkpoint", str(bf), "--output", str(out)]) == 2
+    assert "corrupt.ome.tif: its output would have the same name as that of" in capsys.readouterr().err
 
 
 def test_full_disk_is_an_error_naming_the_folder_and_the_fix(small_slide, tmp_path, monkeypatch):
@@ -167,13 +172,13 @@ def test_sigterm_stops_with_143_and_the_same_command_finishes_the_job(model, tmp
 
 
 MEMORY_CHILD = """
-import resource, sys, torch
+import sys, torch
 from fixtures_slides import network
-from dgno.slides.restore import restore_slide
+from dgno.slides.restore import peak_memory_mb, restore_slide
 torch.set_num_threads(1)
 for src, out in zip(sys.argv[1::2], sys.argv[2::2]):
     restore_slide(src, out, network=network(1, batch=2), channel="DAPI", restore="all", min_tissue=0.0, progress=False)
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    print(peak_memory_mb())
 """
 
 

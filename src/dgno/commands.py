@@ -24,7 +24,7 @@ from dgno.inference.evaluate import evaluate_checkpoint
 from dgno.io import InputError, write_csv
 from dgno.report.figures import lam_maps
 from dgno.slides.network import load_network
-from dgno.slides.restore import restore_slide
+from dgno.slides.restore import restore_slide, slide_name
 from dgno.slides.run import SlideInterrupted
 from dgno.train import INTERRUPTED_EXIT, Interrupted, ModelChoice, TrainConfig
 from dgno.train import train as train_model
@@ -116,6 +116,11 @@ def deblur_slide(args: argparse.Namespace) -> int:
     options = dict(level=args.level, mpp=args.mpp, channel=args.channel, restore=args.restore, threshold=args.threshold, margin=args.focus_margin,
                    min_tissue=args.min_tissue, focus_downsample=args.focus_downsample, compression=args.compression, overwrite=args.overwrite,
                    dry_run=args.dry_run, workers=args.threads or min(4, os.cpu_count() or 1))  # fmt: skip
+    names: dict[str, str] = {}
+    for path in args.slides:
+        earlier = names.setdefault(slide_name(Path(path)), path)
+        if earlier != path:
+            raise InputError(f"{path}: its output would have the same name as that of {earlier}. Fix: rename one of them or restore them into different --output folders")
     failures = []
     for path in args.slides:
         try:

@@ -111,7 +111,8 @@ def _parse_channel(info: SlideInfo, channel: str) -> int:
 def network_channels(network: SlideNetwork, info: SlideInfo, channel: str | None) -> tuple[int, ...]:
     """The slide channels that go through the network, or an error naming the slide, the network and the fix."""
     rgb = info.photometric in ("rgb", "rgba")
-    kind = f"{'8-bit RGB brightfield' if rgb else f'{info.channels}-channel {info.dtype}'} slide"
+    bits = f"{8 * info.dtype.itemsize}-bit"
+    kind = f"{f'{bits} RGB brightfield' if rgb else f'{info.channels}-channel {info.dtype}'} slide"
     if network.channels == 3 and rgb:
         if channel is not None:
             raise InputError(f"{info.path}: --channel {channel} given for an RGB brightfield slide, which {network.name} restores as a whole. Fix: leave out --channel")

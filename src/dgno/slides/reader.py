@@ -275,7 +275,7 @@ class TiffSlide(Slide):
         pages_per_level = len(series.levels[0].pages)
         self._map = [(c, 0) for c in range(n)] if pages_per_level == n and n > 1 else [(0, s) for s in range(n)]
         photometric = "grey" if n == 1 else "channels"
-        if axes.endswith("S") and key.photometric in (tifffile.PHOTOMETRIC.RGB, tifffile.PHOTOMETRIC.YCBCR) and key.dtype == np.uint8 and n in (3, 4):
+        if axes.endswith("S") and key.photometric in (tifffile.PHOTOMETRIC.RGB, tifffile.PHOTOMETRIC.YCBCR) and n in (3, 4):
             photometric = "rgb" if n == 3 else "rgba"
         names = ("R", "G", "B", "A")[:n] if photometric.startswith("rgb") else (_ome_channel_names(self._tf, n) if self._tf.is_ome else None)
         levels = tuple((int(lv.shape[axes.index("Y")]), int(lv.shape[axes.index("X")])) for lv in self._levels)

@@ -26,9 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import openslide
 from tqdm import tqdm
 
 from dgno import provenance
+from dgno.choices import check_choice
 from dgno.io import InputError, write_csv, write_json
 from dgno.slides import focus as fm
 from dgno.slides.grid import TileGrid
@@ -109,8 +111,19 @@ def _layout(info: SlideInfo, level: int) -> OutputLayout:
     return OutputLayout(h, w, info.dtype, info.photometric, info.channel_names, info.level_mpp(level))
 
 
-def _peak_memory_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
+def peak_memory_mb() -> float:
+    """Peak resident memory of this process in MB: Linux's VmHWM, else ru_maxrss.
+
+    Why not ru_maxrss alone: on Linux it survives exec, so a process started by a large parent
+    (a test runner, a notebook) reports the parent's size at the fork instead of its own.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
 def _tile_seconds(slide: Slide, level: int, grid: TileGrid, network: SlideNetwork, channels: tuple[int, ...], unit, tile: tuple[int, int]) -> float:
@@ -144,6 +157,19 @@ def _title(info: SlideInfo, d: fm.Decisions, network: SlideNetwork) -> str:
     return f"{info.path.name}: {int(d.restored.sum())} of {tissue} tissue tiles restored by {network.name} ({d.rule})"
 
 
+def _check_numbers(*, margin: float, min_tissue: float, focus_downsample: int, threshold: float | None) -> None:
+    """The numeric options, refused with the option's name before any work."""
+    bad = [
+        (margin < 0, f"--focus-margin {margin}: must be >= 0"),
+        (not 0 <= min_tissue <= 1, f"--min-tissue {min_tissue}: must be a share between 0 and 1"),
+        (int(focus_downsample) != focus_downsample or focus_downsample < 1, f"--focus-downsample {focus_downsample}: must be a whole number >= 1"),
+        (threshold is not None and not 0 <= threshold <= 1, f"--threshold {threshold}: must be a focus score between 0 (sharp) and 1 (blurred)"),
+    ]
+    for wrong, message in bad:
+        if wrong:
+            raise InputError(f"{message}. Fix: see dgno deblur-slide --help")
+
+
 def restore_slide(
     path: str | Path,
     output_dir: str | Path,
@@ -173,8 +199,9 @@ def restore_slide(
     A stopped run resumes when called again with the same arguments (``dgno.slides.run``).
     Errors about the input are :class:`~dgno.io.InputError` naming the file and the fix.
     """
-    if compression not in COMPRESSIONS:
-        raise ValueError(f"compression={compression!r}; allowed: {', '.join(map(repr, COMPRESSIONS))}")
+    check_choice("compression", compression, COMPRESSIONS)
+    check_choice("restore", restore, fm.RESTORE_MODES)
+    _check_numbers(margin=margin, min_tissue=min_tissue, focus_downsample=focus_downsample, threshold=threshold)
     path, output_dir = Path(path), Path(output_dir)
     files = output_files(path, output_dir)
     if not dry_run and files.slide.exists() and not overwrite:
@@ -215,7 +242,7 @@ def _decide(slide: Slide, files: OutputFiles, network: SlideNetwork, opts: dict)
     info = slide.info
     lv = choose_level(info, level=opts["level"], mpp=opts["mpp"])
     channels = network_channels(network, info, opts["channel"])
-    if opts["compression"] == "jpeg" and info.photometric != "rgb":
+    if opts["compression"] == "jpeg" and not (info.photometric == "rgb" and info.dtype == np.uint8):
         raise InputError(f"{info.path}: --compression jpeg needs an 8-bit RGB slide, this one is {info.photometric} {info.dtype}. Fix: use the default lossless --compression zlib")
     grid = TileGrid.over(*info.levels[lv], tile=network.tile, overlap=network.overlap)
     work = WorkFolder(files.work)
@@ -251,7 +278,7 @@ def _summary_base(info: SlideInfo, files: OutputFiles, network: SlideNetwork, dc
         "tissue_restored_fraction": int(d.restored.sum()) / tissue if tissue else 0.0,
         "restored_megapixels": _restored_area(dc.grid, d.restored) / 1e6,
         "files": {"slide": str(files.slide), "tiles": str(files.tiles), "focus_map": str(files.focus_map), "before_after": None, "summary": str(files.summary)},
-        "provenance": provenance.collect(network.device),
+        "provenance": {**provenance.collect(network.device), "openslide": openslide.__library_version__, "openslide_python": openslide.__version__},
     }  # fmt: skip
 
 
@@ -296,7 +323,7 @@ def _restore(slide: Slide, files: OutputFiles, network: SlideNetwork, opts: dict
                "share_outside_network": 1.0 - net / seconds if seconds > 0 else None,
                "tiles_per_second": computed / stats["seconds"] if computed else None,
                "seconds_per_megapixel": seconds / base["restored_megapixels"] if base["restored_megapixels"] else None,
-               "tiles_computed": computed, "tiles_reused": stats["tiles_reused"], "peak_memory_mb": _peak_memory_mb()}  # fmt: skip
+               "tiles_computed": computed, "tiles_reused": stats["tiles_reused"], "peak_memory_mb": peak_memory_mb()}  # fmt: skip
     summary["files"]["before_after"] = str(files.before_after) if pictured else None
     write_json(files.summary, summary)
     return summary

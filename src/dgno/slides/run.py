@@ -171,6 +171,9 @@ def run_restoration(plan: RunPlan) -> dict:
         with stop_on_signals(signalled):
             pending = [k for k in range(len(batches)) if not plan.work.is_done(k)]
             run_pipeline(pending, lambda k: _read_batch(plan, k), compute, finish, overlap=True)
+            missing = [k for k in range(len(batches)) if not plan.work.is_done(k)]
+            if missing:  # the writer would wait for them forever
+                raise RuntimeError(f"batches {missing[:5]} were not restored")
             while writer.is_alive():
                 writer.join(timeout=0.2)
                 if signalled.is_set():
