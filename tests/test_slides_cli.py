@@ -19,9 +19,12 @@ import numpy as np
 import pytest
 import tifffile
 from conftest import ROOT
+from fixtures_http import serve
+from fixtures_official import toy_release
 from fixtures_slides import affine, brightfield_slide, fluorescence_slide, identity_model_file, network
 
 from dgno.cli import main
+from dgno.inference import official
 from dgno.slides import work as work_module
 from dgno.slides.restore import restore_slide
 
@@ -66,6 +69,27 @@ def test_command_restores_with_a_model_file_and_never_overwrites_unasked(model, 
     assert (out / "small.svs.ome.tif").stat().st_mtime_ns == stamp
     assert _cli(small_slide, "--checkpoint", model, "--output", out, "--overwrite", "--dry-run") == 0
     assert "s per tile → about" in capsys.readouterr().out
+
+
+def test_released_networks_by_name_with_the_authors_tiles(tmp_path, monkeypatch, capsys):
+    """--official NAME: the released checkpoint (toy size, served on 127.0.0.1) downloaded once, applied with
+    the authors' protocol (512-px tiles, 32 px overlap, cross-fade); a fluorescence network refuses RGB."""
+    files, options = toy_release(tmp_path / "release", names=("DGNO_3DHistech_Cell", "DGNO_BBBC006_w1_Cell"))
+    src = tmp_path / "he.tif"
+    brightfield_slide(src, shape=(400, 500), regions=[])  # one tile: the network at toy size still takes seconds
+    monkeypatch.setenv(official.CACHE_ENV, str(tmp_path / "cache"))
+    with serve(files) as srv:
+        monkeypatch.setenv(official.URL_ENV, srv.base_url)
+        args = ["--output", tmp_path / "out", "--restore", "all"]
+        assert _cli(src, "--official", "DGNO_3DHistech_Cell", "--options", options / "DGNO_3DHistech_Cell.yml", *args) == 0
+        assert _cli(src, "--official", "DGNO_BBBC006_w1_Cell", "--options", options / "DGNO_BBBC006_w1_Cell.yml", *args, "--overwrite") == 1
+    err = capsys.readouterr().err
+    assert "he.tif: a 8-bit RGB brightfield slide, but DGNO_BBBC006_w1_Cell restores 1-channel images. Fix: use a 3DHistech network" in err
+    summary = json.loads((tmp_path / "out" / "he.summary.json").read_text())
+    assert (summary["network"], summary["tile"], summary["overlap"], summary["blend"]) == ("DGNO_3DHistech_Cell", 512, 32, "crossfade")
+    assert summary["normalisation"] == {"kind": "dtype", "offset": 0.0, "scale": 255.0} and summary["tiles_computed"] == 1
+    with tifffile.TiffFile(tmp_path / "out" / "he.ome.tif") as tf:
+        assert tf.series[0].levels[0].shape == (400, 500, 3) and tf.series[0].dtype == np.uint8
 
 
 def _corrupt_tile(path: Path) -> int:
@@ -114,6 +138,13 @@ def test_full_disk_is_an_error_naming_the_folder_and_the_fix(small_slide, tmp_pa
     with pytest.raises(Exception, match=r"small\.svs\.tif: no space left on the disk of .*Fix: free space"):
         restore_slide(small_slide, tmp_path / "out", network=network(fn=affine), restore="all", progress=False)
     assert not (tmp_path / "out" / "small.svs.ome.tif").exists()
+
+
+def test_a_second_run_on_the_same_slide_and_folder_is_refused(small_slide, tmp_path):
+    held = work_module.WorkFolder(tmp_path / ".small.svs.work")
+    with held.locked(small_slide), pytest.raises(Exception, match=r"small\.svs\.tif: another run is restoring it into .*Fix: wait"):
+        restore_slide(small_slide, tmp_path, network=network(), progress=False)
+    assert restore_slide(small_slide, tmp_path, network=network(), progress=False)["tiles"]["total"] == 12  # free again
 
 
 CHILD = """

@@ -228,7 +228,6 @@ class _Decided:
     channels: tuple[int, ...]
     unit: tuple[float, float]
     decisions: fm.Decisions
-    work: WorkFolder
     seconds: float
 
     @property
@@ -236,7 +235,7 @@ class _Decided:
         return [(int(r), int(c)) for r, c in zip(*np.nonzero(self.decisions.restored))]
 
 
-def _decide(slide: Slide, files: OutputFiles, network: SlideNetwork, opts: dict) -> _Decided:
+def _decide(slide: Slide, files: OutputFiles, network: SlideNetwork, work: WorkFolder, opts: dict) -> _Decided:
     """Measure the slide (or reuse the measurement), decide every tile, write tiles.csv and the focus map."""
     t0 = time.perf_counter()
     info = slide.info
@@ -245,14 +244,13 @@ def _decide(slide: Slide, files: OutputFiles, network: SlideNetwork, opts: dict)
     if opts["compression"] == "jpeg" and not (info.photometric == "rgb" and info.dtype == np.uint8):
         raise InputError(f"{info.path}: --compression jpeg needs an 8-bit RGB slide, this one is {info.photometric} {info.dtype}. Fix: use the default lossless --compression zlib")
     grid = TileGrid.over(*info.levels[lv], tile=network.tile, overlap=network.overlap)
-    work = WorkFolder(files.work)
     tissue, scores, thumb, mask = _analysis(slide, lv, grid, work, channel=channels[0], focus_downsample=opts["focus_downsample"], workers=opts["workers"], progress=opts["progress"])
     d = fm.decide(tissue, scores, restore=opts["restore"], min_tissue=opts["min_tissue"], threshold=opts["threshold"], margin=opts["margin"])
     unit = unit_range(network.normalise, info.dtype, thumb.image[..., list(channels)])
     write_csv(files.tiles, fm.decisions_frame(grid, d))
     picture = display(thumb.image, photometric=info.photometric, channel=channels[0], dtype=info.dtype)
     focus_map(files.focus_map, thumb, mask, grid, d, picture=picture, title=_title(info, d, network))
-    return _Decided(lv, grid, channels, unit, d, work, time.perf_counter() - t0)
+    return _Decided(lv, grid, channels, unit, d, time.perf_counter() - t0)
 
 
 def _restored_area(grid: TileGrid, restored: np.ndarray) -> int:
@@ -304,19 +302,19 @@ def _run_key(base: dict, network: SlideNetwork, dc: _Decided, compression: str) 
 
 
 def _restore(slide: Slide, files: OutputFiles, network: SlideNetwork, opts: dict) -> dict:
-    t0 = time.perf_counter()
-    info = slide.info
-    dc = _decide(slide, files, network, opts)
-    base = _summary_base(info, files, network, dc, opts)
-    if opts["dry_run"]:
-        return _dry_run(slide, network, dc, base, files)
-    key = _run_key(base, network, dc, opts["compression"])
-    plan = RunPlan(slide, dc.level, dc.grid, network, dc.channels, dc.unit, dc.restored, _layout(info, dc.level), dc.work, opts["compression"], key,
-                   workers=opts["workers"], progress=opts["progress"])  # fmt: skip
-    stats = run_restoration(plan)
-    os.replace(dc.work.output, files.slide)
-    pictured = _before_after(files, slide, dc.level, dc.grid, dc.decisions, dc.channels[0])
-    dc.work.remove()
+    work = WorkFolder(files.work)
+    with work.locked(slide.info.path):
+        t0 = time.perf_counter()
+        dc = _decide(slide, files, network, work, opts)
+        base = _summary_base(slide.info, files, network, dc, opts)
+        if opts["dry_run"]:
+            return _dry_run(slide, network, dc, base, files)
+        plan = RunPlan(slide, dc.level, dc.grid, network, dc.channels, dc.unit, dc.restored, _layout(slide.info, dc.level), work,
+                       opts["compression"], _run_key(base, network, dc, opts["compression"]), workers=opts["workers"], progress=opts["progress"])  # fmt: skip
+        stats = run_restoration(plan)
+        os.replace(work.output, files.slide)
+        pictured = _before_after(files, slide, dc.level, dc.grid, dc.decisions, dc.channels[0])
+        work.remove()
     seconds = time.perf_counter() - t0
     computed, net = stats["tiles_computed"], stats["network_seconds"]
     summary = {**base, "dry_run": False, "seconds": seconds, "seconds_analysis": dc.seconds, "seconds_network": net,

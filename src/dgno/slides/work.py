@@ -20,14 +20,19 @@ run would, and the written file is the same byte for byte.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import io
 import json
 import os
 import shutil
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+
+from dgno.io import InputError
 
 
 class Aborted(RuntimeError):
@@ -63,6 +68,21 @@ class WorkFolder:
         self.output = root / "output.ome.tif"
         self._done: set[int] = set()
         self._cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def locked(self, slide: Path) -> Iterator[None]:
+        """Hold the folder for this process (an advisory lock the kernel drops when the process dies, even by
+        ``kill -9``); a second run on the same slide and output is refused instead of mixing its files in."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise InputError(f"{slide}: another run is restoring it into {self.root.parent} right now. Fix: wait for it to finish, or choose another --output") from None
+            yield
+        finally:
+            os.close(fd)
 
     # --- analysis --------------------------------------------------------------------------------
 
