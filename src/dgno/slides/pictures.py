@@ -22,15 +22,21 @@ from dgno.slides.focus import Decisions, Thumbnail  # noqa: E402
 from dgno.slides.grid import TileGrid  # noqa: E402
 
 
-def display(image: np.ndarray, *, photometric: str, channel: int, dtype: np.dtype) -> np.ndarray:
+def display(image: np.ndarray, *, photometric: str, channel: int, dtype: np.dtype, limits: tuple[float, float] | None = None) -> np.ndarray:
     """(h, w, C) slide values → an RGB or grey picture in [0, 1]: RGB by the dtype's range, else the
-    channel stretched between its 1st and 99.5th percentiles."""
+    channel stretched between ``limits`` (default: its own 1st and 99.5th percentiles)."""
     if photometric in ("rgb", "rgba"):
         top = float(np.iinfo(dtype).max) if np.dtype(dtype).kind in "ui" else 1.0
         return np.clip(image[..., :3].astype(np.float32) / top, 0.0, 1.0)
     v = image[..., channel].astype(np.float32)
-    lo, hi = np.percentile(v, [1.0, 99.5])
+    lo, hi = limits if limits is not None else stretch(image, channel)
     return np.clip((v - lo) / (hi - lo), 0.0, 1.0) if hi > lo else np.zeros_like(v)
+
+
+def stretch(image: np.ndarray, channel: int) -> tuple[float, float]:
+    """The 1st and 99.5th percentiles of one channel: the contrast a fluorescence picture is shown with."""
+    lo, hi = np.percentile(image[..., channel].astype(np.float32), [1.0, 99.5])
+    return float(lo), float(hi)
 
 
 def _figure(width_px: int, height_px: int, panels: int = 1):

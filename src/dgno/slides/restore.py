@@ -35,7 +35,7 @@ from dgno.io import InputError, write_csv, write_json
 from dgno.slides import focus as fm
 from dgno.slides.grid import TileGrid
 from dgno.slides.network import SlideNetwork, network_channels, restore_batch, unit_range
-from dgno.slides.pictures import before_after, display, focus_map
+from dgno.slides.pictures import before_after, display, focus_map, stretch
 from dgno.slides.pyramid import COMPRESSIONS, OutputLayout
 from dgno.slides.reader import Slide, SlideInfo, TiffSlide, open_slide
 from dgno.slides.run import RunPlan, run_restoration
@@ -146,9 +146,10 @@ def _before_after(files: OutputFiles, slide: Slide, level: int, grid: TileGrid, 
     info = slide.info
     with TiffSlide(files.slide) as out:
         after = out.read(0, *box)
-    show = dict(photometric=info.photometric, channel=channel, dtype=info.dtype)
+    before = slide.read(level, *box)
+    show = dict(photometric=info.photometric, channel=channel, dtype=info.dtype, limits=stretch(before, channel))  # one contrast for both
     title = f"{info.path.name}: tile ({r}, {c}) at y {box[0]}, x {box[1]}, focus score {d.scores[r, c]:.3f}"
-    before_after(files.before_after, display(slide.read(level, *box), **show), display(after, **show), title=title)
+    before_after(files.before_after, display(before, **show), display(after, **show), title=title)
     return True
 
 
