@@ -4,7 +4,7 @@ Read from the source (``ast``), nothing is imported. The layers, lowest first; a
 own layer and the layers below it:
 
     foundation (io, choices, provenance, metric_spec, metrics, lpips_offline, stats) → optics → data → layers → models
-    → checkpoint → train, inference → experiments, analysis → report → workflow (config, resources, jobenv, plan)
+    → checkpoint → train, inference, slides → experiments, analysis → report → workflow (config, resources, jobenv, plan)
     → cli (cli, commands)
 
 ``data`` sits above ``optics`` because the synthetic datasets are made with it (``data.demo`` blurs
@@ -38,7 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("layers", ("dgno.layers",)),
     ("models", ("dgno.models",)),
     ("checkpoint", ("dgno.checkpoint",)),
-    ("train / inference", ("dgno.train", "dgno.inference")),
+    ("train / inference", ("dgno.train", "dgno.inference", "dgno.slides")),
     ("experiments / analysis", ("dgno.experiments", "dgno.analysis")),
     ("report", ("dgno.report",)),
     ("workflow", ("dgno.workflow",)),

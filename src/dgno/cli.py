@@ -161,6 +161,35 @@ def _add_image_commands(sub) -> None:
     p.set_defaults(func=_run_command)
 
 
+def _add_slide_command(sub) -> None:
+    """deblur-slide: a whole-slide image in, a restored pyramidal OME-TIFF out (docs/slides.md)."""
+    p = sub.add_parser("deblur-slide", help="restore whole-slide images (SVS, MRXS, NDPI, SCN, tiled TIFF, OME-TIFF) where they are blurry, into pyramidal OME-TIFFs")
+    p.add_argument("slides", nargs="+", help="slide files; RGB brightfield or fluorescence (8/16-bit, multi-channel OME-TIFF)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--checkpoint", help="a model.pt, or an authors' checkpoint .pth")
+    which.add_argument("--official", metavar="NAME", help="a released network: DGNO_3DHistech_Cell/_Face (brightfield RGB), DGNO_BBBC006_w1/w2_Cell/_Face (one fluorescence channel)")
+    p.add_argument("--options", help="the authors' option file of a checkpoint whose name is not a released one")
+    p.add_argument("--output", required=True, help="output folder: <name>.ome.tif, <name>.tiles.csv, <name>.focus.png, <name>.before_after.png, <name>.summary.json")
+    level = p.add_mutually_exclusive_group()
+    level.add_argument("--level", type=int, help="pyramid level to restore (default 0, full resolution)")
+    level.add_argument("--mpp", type=float, help="restore the level nearest this resolution in µm per pixel")
+    p.add_argument("--channel", help="fluorescence: the channel a one-channel network restores, by name or index (others are copied)")
+    p.add_argument("--restore", choices=["blurry", "all"], default="blurry", help="blurry (default): tissue tiles the focus score finds out of focus; all: every tissue tile")
+    p.add_argument("--focus-margin", type=float, default=0.1, help="a tile is blurry when its focus score exceeds the slide's in-focus reference by this (default 0.1)")
+    p.add_argument("--threshold", type=float, help="an absolute focus score (0 sharp … 1 blurred) instead of the margin rule, for slides blurred nearly everywhere")
+    p.add_argument("--min-tissue", type=float, default=0.05, help="share of a tile's area that must be tissue for it to be considered (default 0.05)")
+    p.add_argument("--focus-downsample", type=int, default=1, help="measure focus this many times coarser than the restored level (default 1: faster scans lose sensitivity)")
+    p.add_argument("--compression", choices=["zlib", "lzw", "jpeg", "none"], default="zlib", help="output compression: zlib (lossless, default), lzw, none, jpeg (8-bit RGB only, lossy)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--tile-batch", type=int, help="tiles per forward pass (default 8 on a GPU, 1 on a CPU)")
+    p.add_argument("--cuda-graphs", action="store_true", help="replay the forward pass from CUDA graphs (GPU; needs the triton or mamba_ssm scan)")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the forward pass")
+    p.add_argument("--threads", type=int, help="CPU threads for the network and the focus scan (default: all; a resumed run should use the same)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output slide")
+    p.add_argument("--dry-run", action="store_true", help="measure and decide only: tile counts, focus map, tiles.csv and a time estimate from this machine's speed")
+    p.set_defaults(func=_run_command)
+
+
 def _add_utility_commands(sub) -> None:
     """data check, bench, report."""
     p = sub.add_parser("data", help="dataset utilities")
@@ -206,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_model_commands(sub)
     _add_image_commands(sub)
+    _add_slide_command(sub)
     _add_utility_commands(sub)
     return parser
 

@@ -25,6 +25,9 @@ from dgno.inference.deblur import check_options as check_deblur_options
 from dgno.inference.evaluate import evaluate_checkpoint
 from dgno.io import InputError, write_csv
 from dgno.report.figures import lam_maps
+from dgno.slides.network import load_network
+from dgno.slides.restore import restore_slide, slide_name
+from dgno.slides.run import SlideInterrupted
 from dgno.train import INTERRUPTED_EXIT, Interrupted, ModelChoice, TrainConfig
 from dgno.train import train as train_model
 from dgno.workflow.config import load_config
@@ -112,6 +115,42 @@ def deblur(args: argparse.Namespace) -> int:
         print(f"interrupted: the {len(summary.restored)} restored file(s) are complete; rerun with --skip-existing to go on", file=sys.stderr)
         return INTERRUPTED_BY_USER
     return 1 if summary.failed else 0
+
+
+def _slide_line(summary: dict) -> str:
+    t = summary["tiles"]
+    head = f"{summary['slide']}: {t['total']} tiles, {t['tissue']} tissue, {t['blurry']} blurry, {t['restored']} to restore"
+    if summary["dry_run"]:
+        return f"{head}; {summary['network']} on {summary['device']}: {summary['seconds_per_tile']:.3g} s per tile → about {summary['estimated_seconds'] / 60:.1f} min of network time"
+    return f"{head}; restored in {summary['seconds']:.1f} s → {summary['files']['slide']}"
+
+
+def deblur_slide(args: argparse.Namespace) -> int:
+    """Restore each slide; one line per slide; exit 143 when stopped by a signal (a rerun resumes)."""
+    network = load_network(checkpoint=args.checkpoint, official=args.official, options=args.options, device=args.device,
+                           tile_batch=args.tile_batch, cuda_graphs=args.cuda_graphs, bf16=args.bf16, threads=args.threads)  # fmt: skip
+    options = dict(level=args.level, mpp=args.mpp, channel=args.channel, restore=args.restore, threshold=args.threshold, margin=args.focus_margin,
+                   min_tissue=args.min_tissue, focus_downsample=args.focus_downsample, compression=args.compression, overwrite=args.overwrite,
+                   dry_run=args.dry_run, workers=args.threads or min(4, os.cpu_count() or 1))  # fmt: skip
+    names: dict[str, str] = {}
+    for path in args.slides:
+        earlier = names.setdefault(slide_name(Path(path)), path)
+        if earlier != path:
+            raise InputError(f"{path}: its output would have the same name as that of {earlier}. Fix: rename one of them or restore them into different --output folders")
+    failures = []
+    for path in args.slides:
+        try:
+            print(_slide_line(restore_slide(path, args.output, network=network, **options)))
+        except SlideInterrupted as exc:
+            print(f"dgno deblur-slide: {path}: {exc}; the finished tiles are kept, run the same command again to resume", file=sys.stderr)
+            return INTERRUPTED_EXIT
+        except InputError as exc:
+            failures.append(str(exc) if str(path) in str(exc) else f"{path}: {exc}")
+    for message in failures:
+        print(f"error: {message}", file=sys.stderr)
+    if failures:
+        print(f"{len(failures)} of {len(args.slides)} slide(s) failed", file=sys.stderr)
+    return 1 if failures else 0
 
 
 def lam(args: argparse.Namespace) -> int:

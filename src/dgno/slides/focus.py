@@ -1,0 +1,296 @@
+"""Where the tissue is and where it is out of focus: a thumbnail, a tissue mask and a focus score per tile.
+
+**Thumbnail.** A low-resolution image of the level being restored, about 16 pixels per network tile
+side (at most 4096 px on the long side), read from the coarsest pyramid level fine enough and averaged
+down in blocks; a slide without a pyramid is read in blocks, so its level 0 is never held.
+
+**Tissue.** Brightfield (RGB): the mean optical density −log10(I / 255) over R, G, B, thresholded by
+Otsu's method on log OD, the threshold kept in [0.02, 0.05] OD: at least the noise of white glass
+(≈ 245 of 255), at most the palest stained tissue (≈ 227 of 255). The upper bound matters: nuclei,
+stroma and glass make three populations, and Otsu alone splits dark nuclei from pale stroma on a slide
+that is mostly tissue. Transparent pixels (RGBA) are glass.
+Fluorescence and other single-channel data: Otsu's threshold on log intensity of the restored channel,
+on the side away from the glass (the side the slide's border lies on is taken as glass). A tile is
+tissue when at least ``min_tissue`` of its area is; only tissue tiles are ever sent to the network.
+
+**Focus.** The blur effect of Crété-Roffet et al. (2007, "The blur effect: perception and estimation
+with a new no-reference perceptual blur metric"; ``skimage.measure.blur_effect``): how much of a
+tile's local variation survives a strong re-blur, from 0 (sharp) to 1 (blurred). It is a ratio, so
+stain intensity and contrast cancel. It is measured on each tissue tile at the resolution being restored
+(``focus_downsample`` 1): a 2× reduction already cuts the difference between sharp tissue and a
+σ = 2 px defocus by three, a 4× reduction erases it (docs/slides.md, benchmarks/slide_focus_threshold.py).
+
+**Decision.** A tissue tile is blurry when its score exceeds the slide's in-focus reference, the
+25th percentile of all tissue tiles' scores, by ``margin`` (default 0.10, chosen on synthetic
+slides: benchmarks/slide_focus_threshold.py, docs/slides.md). Relative, because the
+score of sharp tissue depends on the tissue, the stain and the scanner's optics and compression, while a
+defocus raises it above the slide's own in-focus level; the reference holds as long as at least a
+quarter of the tissue is in focus, which is what a scanner's local focus failures leave. For a slide
+that is out of focus nearly everywhere, ``threshold`` sets an absolute score instead (or restore all).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+from scipy import ndimage
+from skimage.color import rgb2gray
+from skimage.filters import threshold_otsu
+
+from dgno.choices import check_choice
+from dgno.slides.grid import TileGrid
+from dgno.slides.reader import Slide
+
+THUMB_PX_PER_TILE = 16
+THUMB_MAX_SIDE = 4096
+OD_THRESHOLD_RANGE = (0.02, 0.05)
+REFERENCE_PERCENTILE = 25.0
+FOCUS_MARGIN = 0.10
+MIN_TISSUE = 0.05
+RESTORE_MODES = ("blurry", "all")
+LABELS = ("background", "in focus", "blurry")
+
+
+@dataclass(frozen=True)
+class Thumbnail:
+    """``image`` (h, w, C) float32 in the slide's units; ``scale``: pixels of the restored level per thumbnail pixel (y, x)."""
+
+    image: np.ndarray
+    scale: tuple[float, float]
+
+
+def _relative_downsample(slide: Slide, base: int, level: int) -> float:
+    return slide.info.downsample(level) / slide.info.downsample(base)
+
+
+def _block_mean(block: np.ndarray, k: int) -> np.ndarray:
+    """(h, w, C) → (ceil(h/k), ceil(w/k), C) block means, partial blocks padded by their edge."""
+    if k == 1:
+        return block.astype(np.float32)
+    h, w = block.shape[:2]
+    hp, wp = -(-h // k) * k, -(-w // k) * k
+    if (hp, wp) != (h, w):
+        block = np.pad(block, ((0, hp - h), (0, wp - w), (0, 0)), mode="edge")
+    return block.reshape(hp // k, k, wp // k, k, -1).mean(axis=(1, 3), dtype=np.float64).astype(np.float32)
+
+
+def thumbnail(slide: Slide, level: int, *, tile: int) -> Thumbnail:
+    """The thumbnail of ``level`` (module docstring), read block by block."""
+    height, width = slide.info.levels[level]
+    target = max(tile / THUMB_PX_PER_TILE, max(height, width) / THUMB_MAX_SIDE, 1.0)
+    candidates = [s for s in range(level, len(slide.info.levels)) if _relative_downsample(slide, level, s) <= target * 1.01]
+    source = candidates[-1]
+    k = max(1, int(target / _relative_downsample(slide, level, source)))
+    sh, sw = slide.info.levels[source]
+    step = k * max(1, 2048 // k)
+    rows = []
+    for y in range(0, sh, step):
+        blocks = [_block_mean(slide.read(source, y, x, min(step, sh - y), min(step, sw - x)), k) for x in range(0, sw, step)]
+        rows.append(np.concatenate(blocks, axis=1))
+    image = np.concatenate(rows, axis=0)
+    return Thumbnail(image, (height / image.shape[0], width / image.shape[1]))
+
+
+def _otsu(values: np.ndarray) -> float | None:
+    finite = values[np.isfinite(values)]
+    if finite.size == 0 or float(np.ptp(finite)) == 0.0:
+        return None
+    return float(threshold_otsu(finite))
+
+
+@dataclass(frozen=True)
+class TissueRule:
+    """Which pixels are tissue: mean optical density of R, G, B above ``threshold`` ("od"), or the log
+    intensity of ``channel`` (minus ``floor``) on the tissue's side of it ("intensity"; ``above``)."""
+
+    kind: str
+    threshold: float
+    channel: int = 0
+    above: bool = True
+    top: float = 255.0
+    floor: float = 0.0
+
+    def values(self, image: np.ndarray) -> np.ndarray:
+        if self.kind == "od":
+            return -np.log10(np.clip(image[..., :3].astype(np.float32) / self.top, 1.0 / 255.0, 1.0)).mean(axis=-1)
+        return np.log1p(np.maximum(image[..., self.channel].astype(np.float32) - self.floor, 0.0))
+
+    def pixels(self, image: np.ndarray) -> np.ndarray:
+        """Boolean (h, w) of an (h, w, C) image holding the slide's channels (or the rule's channel alone at index ``channel``)."""
+        v = self.values(image)
+        return v > self.threshold if self.above else v < self.threshold
+
+
+def tissue_rule(thumb: Thumbnail, *, photometric: str, channel: int, dtype: np.dtype) -> TissueRule:
+    """The tissue rule of a slide, from its thumbnail (module docstring)."""
+    img = thumb.image
+    if photometric in ("rgb", "rgba"):
+        top = float(np.iinfo(dtype).max) if np.dtype(dtype).kind in "ui" else 1.0
+        probe = TissueRule("od", 0.0, top=top)
+        t = _otsu(np.log(probe.values(img) + 1e-3))
+        t = math.exp(t) - 1e-3 if t is not None else OD_THRESHOLD_RANGE[1]
+        return TissueRule("od", float(np.clip(t, *OD_THRESHOLD_RANGE)), top=top)
+    probe = TissueRule("intensity", 0.0, channel=channel, floor=float(img[..., channel].min()))
+    v = probe.values(img)
+    t = _otsu(v)
+    if t is None:
+        return TissueRule("intensity", math.inf, channel=channel, floor=probe.floor)  # a blank slide: no tissue
+    border = np.concatenate([v[0], v[-1], v[:, 0], v[:, -1]])
+    return TissueRule("intensity", t, channel=channel, above=float(np.median(border)) <= t, floor=probe.floor)
+
+
+def tissue_mask(thumb: Thumbnail, rule: TissueRule, *, photometric: str) -> np.ndarray:
+    """Boolean (h, w): where the thumbnail shows tissue; transparent pixels of RGBA are glass. For
+    fluorescence, the dark gaps between cells (a pixel or two of the thumbnail) are closed: they are
+    part of the section, and they make a ragged outline."""
+    mask = rule.pixels(thumb.image)
+    if photometric == "rgba":
+        mask &= thumb.image[..., 3] >= rule.top / 2
+    if rule.kind == "intensity" and mask.any():
+        mask = ndimage.binary_closing(np.pad(mask, 2, mode="edge"), iterations=2)[2:-2, 2:-2]
+    return mask
+
+
+def tissue_fractions(mask: np.ndarray, thumb: Thumbnail, grid: TileGrid) -> np.ndarray:
+    """(rows, cols): the share of each network tile's area that the mask calls tissue."""
+    sy, sx = thumb.scale
+    out = np.zeros(grid.shape, np.float32)
+    for r, y in enumerate(grid.ys):
+        y0, y1 = int(y / sy), max(int(y / sy) + 1, math.ceil((y + grid.th) / sy))
+        for c, x in enumerate(grid.xs):
+            x0, x1 = int(x / sx), max(int(x / sx) + 1, math.ceil((x + grid.tw) / sx))
+            out[r, c] = float(mask[y0:y1, x0:x1].mean()) if mask[y0:y1, x0:x1].size else 0.0
+    return out
+
+
+def blur_effect(gray: np.ndarray, mask: np.ndarray | None = None, *, h_size: int = 11) -> float:
+    """The blur effect of Crété-Roffet et al. (2007) of a 2-D image, over the pixels of ``mask``.
+
+    Along each axis: D = |Sobel derivative of the image|, D_b = the same of the image re-blurred by an
+    ``h_size`` box along that axis, and the blur is 1 − Σ max(0, D − D_b) / Σ D: the share of the local
+    variation that a strong re-blur does not remove. Sharp detail is mostly removed (→ 0); an image
+    already blurred loses little (→ 1). The larger of the two axes is returned. With ``mask`` None this
+    is ``skimage.measure.blur_effect``; a mask sums over the tissue only, so the glass at the edge of the
+    section (flat, with sensor noise) does not pull a tile's score towards "sharp".
+    """
+    img = gray.astype(np.float64)
+    keep = np.zeros(img.shape, bool)
+    keep[2:-1, 2:-1] = True  # derivatives at the border see the padding
+    if mask is not None:
+        keep &= mask
+    if not keep.any():
+        return math.nan
+    scores = []
+    for axis in (0, 1):
+        sharp = np.maximum(np.abs(ndimage.sobel(img, axis=axis)), 1e-10)
+        reblurred = np.maximum(np.abs(ndimage.sobel(ndimage.uniform_filter1d(img, h_size, axis=axis), axis=axis)), 1e-10)
+        present = float(sharp[keep].sum())
+        lost = float(np.maximum(sharp - reblurred, 0.0)[keep].sum())
+        scores.append(abs(present - lost) / present)
+    return max(scores)
+
+
+def focus_score(pixels: np.ndarray, rule: TissueRule | None, *, rgb: bool) -> float:
+    """Blur effect of one tile (0 sharp … 1 blurred) over its tissue and a 4-px rim around it: luminance
+    of RGB, else the tile's one channel (the rule's channel, read alone). The whole tile when less than
+    1 % of it is tissue."""
+    gray = rgb2gray(pixels[..., :3]) if rgb else pixels[..., 0]
+    mask = None
+    if rule is not None:
+        mask = ndimage.binary_dilation(rule.pixels(pixels) if rgb else replace(rule, channel=0).pixels(pixels), iterations=4)
+        mask = mask if mask.mean() >= 0.01 else None
+    return blur_effect(gray, mask)
+
+
+def _focus_pixels(slide: Slide, level: int, box: tuple[int, int, int, int], downsample: int, channels: tuple[int, ...]) -> np.ndarray:
+    """A tile at ``downsample`` × coarser than ``level``: from a pyramid level that has it, else averaged down."""
+    y, x, h, w = box
+    if downsample > 1:
+        for s in range(level + 1, len(slide.info.levels)):
+            rel = _relative_downsample(slide, level, s)
+            if abs(rel - downsample) < 0.02 * downsample:
+                sh, sw = slide.info.levels[s]
+                y0, x0 = int(y / rel), int(x / rel)
+                return slide.read(s, y0, x0, min(max(1, int(h / rel)), sh - y0), min(max(1, int(w / rel)), sw - x0), channels)
+    return _block_mean(slide.read(level, y, x, h, w, channels), downsample)
+
+
+def focus_scores(
+    slide: Slide,
+    level: int,
+    grid: TileGrid,
+    tissue: np.ndarray,
+    *,
+    channel: int,
+    rule: TissueRule | None = None,
+    downsample: int = 1,
+    workers: int = 2,
+    progress: Callable[[Iterable], Iterable] | None = None,
+) -> np.ndarray:
+    """(rows, cols) focus scores of the tiles where ``tissue`` is True (NaN elsewhere), ``workers`` tiles at a time."""
+    if downsample < 1:
+        raise ValueError(f"focus downsample={downsample!r}; allowed: an integer >= 1")
+    rgb = slide.info.photometric in ("rgb", "rgba")
+    channels = (0, 1, 2) if rgb else (channel,)
+    todo = [(r, c) for r in range(grid.shape[0]) for c in range(grid.shape[1]) if tissue[r, c]]
+
+    def score(rc: tuple[int, int]) -> float:
+        return focus_score(_focus_pixels(slide, level, grid.box(*rc), downsample, channels), rule, rgb=rgb)
+
+    out = np.full(grid.shape, np.nan, np.float32)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        results = pool.map(score, todo)
+        for rc, value in zip(todo, progress(results) if progress else results):
+            out[rc] = value
+    return out
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """Per tile: tissue share, focus score, label (background / in focus / blurry) and whether it is restored."""
+
+    tissue: np.ndarray
+    scores: np.ndarray
+    labels: np.ndarray
+    restored: np.ndarray
+    threshold: float | None
+    reference: float | None
+    rule: str
+
+
+def decide(tissue: np.ndarray, scores: np.ndarray, *, restore: str, min_tissue: float, threshold: float | None, margin: float) -> Decisions:
+    """Label every tile and choose the restored ones (module docstring)."""
+    check_choice("restore", restore, RESTORE_MODES)
+    is_tissue = tissue >= min_tissue
+    valid = scores[is_tissue & np.isfinite(scores)]
+    reference = float(np.percentile(valid, REFERENCE_PERCENTILE)) if valid.size else None
+    if threshold is not None:
+        cut, rule = float(threshold), f"focus score >= {threshold:g} (absolute)"
+    elif reference is not None:
+        cut, rule = reference + margin, f"focus score >= in-focus reference {reference:.3f} (25th percentile of tissue tiles) + margin {margin:g}"
+    else:
+        cut, rule = None, "no tissue"
+    blurry = is_tissue & (scores >= cut) if cut is not None else np.zeros_like(is_tissue)
+    labels = np.where(~is_tissue, LABELS[0], np.where(blurry, LABELS[2], LABELS[1]))
+    restored = is_tissue if restore == "all" else blurry
+    return Decisions(tissue, scores, labels, restored, cut, reference, rule if restore == "blurry" else "all tissue tiles")
+
+
+def decisions_frame(grid: TileGrid, d: Decisions) -> pd.DataFrame:
+    """One row per network tile: where it is, its tissue share and focus score, its label and whether it is restored."""
+    rows = []
+    for r, y in enumerate(grid.ys):
+        for c, x in enumerate(grid.xs):
+            score = d.scores[r, c]
+            rows.append({
+                "row": r, "col": c, "y": y, "x": x, "height": grid.th, "width": grid.tw,
+                "tissue_fraction": round(float(d.tissue[r, c]), 4),
+                "focus_score": round(float(score), 5) if np.isfinite(score) else None,
+                "label": str(d.labels[r, c]), "restored": bool(d.restored[r, c]),
+            })  # fmt: skip
+    return pd.DataFrame(rows)

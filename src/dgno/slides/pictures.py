@@ -1,0 +1,87 @@
+"""The pictures written beside a restored slide: the focus map and a before/after view of one restored tile.
+
+* ``<name>.focus.png``: the slide's thumbnail, the tissue outline (cyan), the restored tiles shaded red,
+  and in the title how many tiles were restored of how many tissue tiles, and by which rule.
+* ``<name>.before_after.png``: the restored tile that scored most blurred, before and after, at full
+  resolution (a thumbnail cannot show a defocus), with the restored channel's contrast stretched for
+  fluorescence.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from dgno.io import atomic_path  # noqa: E402
+from dgno.slides.focus import Decisions, Thumbnail  # noqa: E402
+from dgno.slides.grid import TileGrid  # noqa: E402
+
+
+def display(image: np.ndarray, *, photometric: str, channel: int, dtype: np.dtype, limits: tuple[float, float] | None = None) -> np.ndarray:
+    """(h, w, C) slide values → an RGB or grey picture in [0, 1]: RGB by the dtype's range, else the
+    channel stretched between ``limits`` (default: its own 1st and 99.5th percentiles)."""
+    if photometric in ("rgb", "rgba"):
+        top = float(np.iinfo(dtype).max) if np.dtype(dtype).kind in "ui" else 1.0
+        return np.clip(image[..., :3].astype(np.float32) / top, 0.0, 1.0)
+    v = image[..., channel].astype(np.float32)
+    lo, hi = limits if limits is not None else stretch(image, channel)
+    return np.clip((v - lo) / (hi - lo), 0.0, 1.0) if hi > lo else np.zeros_like(v)
+
+
+def stretch(image: np.ndarray, channel: int) -> tuple[float, float]:
+    """The 1st and 99.5th percentiles of one channel: the contrast a fluorescence picture is shown with."""
+    lo, hi = np.percentile(image[..., channel].astype(np.float32), [1.0, 99.5])
+    return float(lo), float(hi)
+
+
+def _figure(width_px: int, height_px: int, panels: int = 1):
+    scale = 10.0 / max(width_px * panels, height_px)
+    return plt.subplots(1, panels, figsize=(max(3.0, width_px * panels * scale), max(2.5, height_px * scale + 0.6)), squeeze=False)
+
+
+MAX_PICTURE_SIDE = 1200
+
+
+def focus_map(path: Path, thumb: Thumbnail, mask: np.ndarray, grid: TileGrid, decisions: Decisions, *, picture: np.ndarray, title: str) -> None:
+    """Write the focus map (module docstring) to ``path``; a thumbnail longer than 1200 px is shown every k-th pixel."""
+    k = max(1, -(-max(picture.shape[:2]) // MAX_PICTURE_SIDE))
+    picture, mask = picture[::k, ::k], mask[::k, ::k]
+    h, w = picture.shape[:2]
+    overlay = np.zeros((h, w, 4), np.float32)
+    sy, sx = thumb.scale[0] * k, thumb.scale[1] * k
+    for r, c in zip(*np.nonzero(decisions.restored)):
+        y, x = grid.ys[r], grid.xs[c]
+        overlay[int(y / sy) : int(np.ceil((y + grid.th) / sy)), int(x / sx) : int(np.ceil((x + grid.tw) / sx))] = (1.0, 0.1, 0.1, 0.35)
+    fig, axes = _figure(w, h)
+    ax = axes[0, 0]
+    ax.imshow(picture, cmap=None if picture.ndim == 3 else "gray", interpolation="nearest")
+    ax.imshow(overlay, interpolation="nearest")
+    if mask.any() and not mask.all():
+        ax.contour(mask.astype(np.float32), levels=[0.5], colors="cyan", linewidths=0.8)
+    ax.set_title(title, fontsize=8)
+    ax.set_axis_off()
+    _save(fig, path)
+
+
+def before_after(path: Path, before: np.ndarray, after: np.ndarray, *, title: str) -> None:
+    """Write two pictures in [0, 1] side by side to ``path``."""
+    h, w = before.shape[:2]
+    fig, axes = _figure(w, h, panels=2)
+    for ax, img, name in zip(axes[0], (before, after), ("before", "after")):
+        ax.imshow(img, cmap=None if img.ndim == 3 else "gray", vmin=0.0, vmax=1.0, interpolation="nearest")
+        ax.set_title(name, fontsize=9)
+        ax.set_axis_off()
+    fig.suptitle(title, fontsize=8)
+    _save(fig, path)
+
+
+def _save(fig, path: Path) -> None:
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)
