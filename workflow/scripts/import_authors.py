@@ -1,4 +1,4 @@
-"""Rule `import_official`: the authors' checkpoint as a project model.pt (dgno import-official)."""
+"""Rule `import_authors`: the authors' checkpoint as a project model.pt (dgno import-authors)."""
 
 import sys
 from pathlib import Path
@@ -9,6 +9,6 @@ import _log  # noqa: E402
 _log.redirect(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
 
-from dgno.checkpoint import import_official  # noqa: E402
+from dgno.checkpoint import import_authors  # noqa: E402
 
-import_official(sm.input.checkpoint, sm.params.options, sm.output.model, weights="params")
+import_authors(sm.input.checkpoint, sm.params.options, sm.output.model, weights="params")
