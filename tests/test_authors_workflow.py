@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from html import unescape
 from pathlib import Path
 
 import numpy as np
@@ -232,7 +233,7 @@ def _check_report(tmp: Path) -> None:
     assert table[table["table"] == "stardist"]["measured"].notna().all()
     histech = table[table["dataset"] == "3dhistech"]
     assert len(histech) and (histech["verdict"] == "not run").all()
-    html = (tmp / "report" / "authors.html").read_text()
+    html = unescape((tmp / "report" / "authors.html").read_text())
     assert "Reproduction from the authors' released weights" in html and "CPU time of this target" in html and "GPU time" not in html  # device: cpu
     assert "files decided by: broad 36 (100%)" in html and "independent: yes" in html and "96 hidden file(s) skipped" in html
     assert "3dhistech: not run" in html and "not_placed" in html
