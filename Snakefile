@@ -49,7 +49,6 @@ wildcard_constraints:
 include: "workflow/rules/data.smk"
 include: "workflow/rules/blur.smk"
 include: "workflow/rules/train.smk"
-include: "workflow/rules/official.smk"
 include: "workflow/rules/authors.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/downstream.smk"

@@ -41,12 +41,12 @@ from dgno.data.slides import BlurRegion, brightfield_tissue, write_slide  # noqa
 
 
 def paper_network(device: str = "cpu", *, batch: int = 1, seed: int = 0, cuda_graphs: bool = False, bf16: bool = False):
-    """The authors' DGNO_3DHistech_Cell network at paper scale with random weights, as ``--official`` applies it."""
+    """The authors' DGNO_3DHistech_Cell network at paper scale with random weights, as ``--authors`` applies it."""
     import torch
 
+    from dgno.inference.authors import AUTHORS_TILES
     from dgno.inference.cuda_graphs import forward_fn
-    from dgno.inference.official import AUTHORS_TILES
-    from dgno.models.official import model_from_options, released_networks
+    from dgno.models.authors import model_from_options, released_networks
     from dgno.models.overrides import registry_overrides
     from dgno.models.registry import build_model
     from dgno.slides.network import SlideNetwork
@@ -91,7 +91,7 @@ def bench_cpu(args: argparse.Namespace) -> dict:
 MEMORY_CHILD = r"""
 import sys, tracemalloc, torch
 sys.path.insert(0, sys.argv[3])
-from dgno.inference.official import AUTHORS_TILES
+from dgno.inference.authors import AUTHORS_TILES
 from dgno.slides import restore
 from dgno.slides.network import SlideNetwork
 torch.set_num_threads(1)

@@ -48,7 +48,7 @@ MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 MAX_LOCAL_IMPORTS = 10
 # Network definitions are exempt from the size limits (a model is read as one file, block by block);
-# the logic beside them in models/ (official.py, registry.py, ...) is not.
+# the logic beside them in models/ (authors.py, registry.py, ...) is not.
 MODEL_CODE = ("dgno/layers/",) + tuple(
     f"dgno/models/{name}.py" for name in ("baselines", "dgno", "gkmnet", "lifting", "mambairv2", "mimo_unet", "mpt")
 )

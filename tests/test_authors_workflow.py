@@ -3,10 +3,10 @@
 A replica of the authors' BBBC006.tar.gz as it really may be (tests/bbbc006_replica.py: Broad names
 with a different UUID per plane, macOS AppleDouble files and .DS_Store beside the images, members in
 shuffled order with pax headers), the Broad archives of the same fields and the six released
-checkpoints at toy size (rebuilt from tests/fixtures/official) are served on 127.0.0.1; the workflow
+checkpoints at toy size (rebuilt from tests/fixtures/authors) are served on 127.0.0.1; the workflow
 downloads, lists the Broad z02/z06/z10 archives' names over HTTP Range, pairs, identifies every plane,
 checks, splits, maps, imports, evaluates (argmax and Gumbel repeats), segments and writes the
-reproduction table and report, with the default plane rule.
+authors' table and report, with the default plane rule.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from html import unescape
 from pathlib import Path
 
 import numpy as np
@@ -22,11 +23,11 @@ import pytest
 import yaml
 from bbbc006_replica import CHANNELS, TEST_FIELDS, WELLS, archive_members, broad_name, broad_zips, plane_image, targz_bytes
 from conftest import ROOT, SNAKEMAKE
+from fixtures_authors import toy_release
 from fixtures_http import serve
-from fixtures_official import toy_release
 
 from dgno.data import bbbc006
-from dgno.workflow import reproduction
+from dgno.workflow import authors
 from dgno.workflow.config import ConfigError, validate_config
 
 NAMES = ("DGNO_BBBC006_w1_Face", "DGNO_BBBC006_w1_Cell", "DGNO_BBBC006_w2_Face", "DGNO_BBBC006_w2_Cell", "DGNO_3DHistech_Face", "DGNO_3DHistech_Cell")
@@ -43,13 +44,13 @@ def test_dry_run_of_the_slurm_profile_lists_archive_imports_and_evaluations():
     proc = subprocess.run([SNAKEMAKE, "-n", "--profile", "slurm", "authors"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     jobs = _jobs(proc.stdout + proc.stderr)
-    assert jobs["bbbc006_authors_archive"] == 1 and jobs["official_checkpoint"] == 6 and jobs["import_official"] == 6
+    assert jobs["bbbc006_authors_archive"] == 1 and jobs["authors_checkpoint"] == 6 and jobs["import_authors"] == 6
     # DGNO-Face and DGNO-Cell on w1 and w2 at z02/z06/z10 and the unseen z01/z05/z13; 5 Gumbel repeats each in one job
     assert jobs["evaluate"] == 2 * 2 * 6 and jobs["evaluate_gumbel"] == 2 * 2 * 6
-    assert jobs["stardist_authors"] == 1 and jobs["reproduction_table"] == 1 and jobs["report_authors"] == 1
+    assert jobs["stardist_authors"] == 1 and jobs["authors_table"] == 1 and jobs["report_authors"] == 1
     assert "train" not in jobs  # nothing is trained
     for name in NAMES:
-        assert f"resources/official/{name}.pth" in proc.stdout
+        assert f"resources/authors/{name}.pth" in proc.stdout
 
 
 def _paper(**extra) -> dict:
@@ -62,28 +63,28 @@ def test_hand_placed_3dhistech_joins_the_target_when_its_folders_are_there(tmp_p
     cfg = _paper()
     cfg["datasets"]["3dhistech"]["path"] = str(tmp_path / "histech")
     before = validate_config(cfg)
-    assert "3dhistech" in reproduction.datasets(before) and "3dhistech" not in reproduction.evaluated(before)
-    assert len(reproduction.imports(before)) == 6  # the six checkpoints are imported either way
-    assert not any("/3dhistech/" in s for s in reproduction.summaries(before))
-    assert not reproduction.settings(before)["datasets"]["3dhistech"]["placed"]
+    assert "3dhistech" in authors.datasets(before) and "3dhistech" not in authors.evaluated(before)
+    assert len(authors.imports(before)) == 6  # the six checkpoints are imported either way
+    assert not any("/3dhistech/" in s for s in authors.summaries(before))
+    assert not authors.settings(before)["datasets"]["3dhistech"]["placed"]
     for split in ("train", "val", "test"):
         for sub in ("blur", "sharp"):
             (tmp_path / "histech" / split / sub).mkdir(parents=True)
     after = validate_config(cfg)
-    assert reproduction.placed(after, "3dhistech")
-    assert "results/eval/3dhistech/dgno-cell-authors/real/summary.json" in reproduction.summaries(after)
-    assert reproduction.settings(after)["datasets"]["3dhistech"]["placed"]  # decided when the DAG is built
+    assert authors.placed(after, "3dhistech")
+    assert "results/eval/3dhistech/dgno-cell-authors/real/summary.json" in authors.summaries(after)
+    assert authors.settings(after)["datasets"]["3dhistech"]["placed"]  # decided when the DAG is built
 
 
-def test_reproduction_settings_and_config_checks():
+def test_authors_settings_and_config_checks():
     cfg = validate_config(_paper())
-    s = reproduction.settings(cfg)
+    s = authors.settings(cfg)
     assert s["tolerances"] == {"psnr": 0.05, "ssim": 0.002, "lpips": 0.005, "ap": 0.01} and s["gumbel_repeats"] == 5
     assert s["networks"]["dgno-face-authors"]["bbbc006_w2"]["flux_mode"] == "jump"  # the released w2 Face option file
     assert s["stardist"] == {"dataset": "bbbc006_w1", "level": "z06"}
-    assert ("bbbc006_w1", "dgno-cell-authors", "z06") in reproduction.restored_needed(cfg)
-    with pytest.raises(ConfigError, match=r"reproduction.methods: 'dgno-cell' has no authors' weights"):
-        validate_config(_paper(reproduction={"methods": ["dgno-cell"]}))
+    assert ("bbbc006_w1", "dgno-cell-authors", "z06") in authors.restored_needed(cfg)
+    with pytest.raises(ConfigError, match=r"authors.methods: 'dgno-cell' has no authors' weights"):
+        validate_config(_paper(authors={"methods": ["dgno-cell"]}))
     bad = _paper()
     bad["datasets"]["dpdd"]["split"] = "authors"
     with pytest.raises(ConfigError, match=r"datasets.dpdd.split: only for source 'bbbc006'"):
@@ -94,7 +95,7 @@ def test_reproduction_settings_and_config_checks():
 
 
 def _config(tmp: Path, base_url: str, options: Path, **datasets) -> Path:
-    """A toy configuration of the paper's reproduction: CPU, untiled, no LPIPS, 2 Gumbel repeats."""
+    """A toy configuration of target authors: CPU, untiled, no LPIPS, 2 Gumbel repeats."""
     ds = {"source": "bbbc006", "split": "authors", "n_val_wells": 1, "train_levels": ["z02", "z06", "z10"]}
     cfg = {
         "name": "authors-toy",
@@ -104,8 +105,8 @@ def _config(tmp: Path, base_url: str, options: Path, **datasets) -> Path:
         "downloads": {
             "bbbc006_url": base_url,
             "bbbc006_authors_url": base_url + "BBBC006.tar.gz",
-            "official_url": base_url,
-            "official_options": str(options),
+            "authors_checkpoints_url": base_url,
+            "authors_options": str(options),
             "raw_dir": str(tmp / "resources"),
             "retries": 1,
         },
@@ -115,14 +116,14 @@ def _config(tmp: Path, base_url: str, options: Path, **datasets) -> Path:
             "3dhistech": {"source": "3dhistech", "path": str(tmp / "not_placed"), "paper_column": "3dhistech", "train_levels": ["real"], "test_levels": ["real"]},
         },
         "methods": {
-            m: {"model": m.removesuffix("-authors"), "label": m, "paper_key": m.removesuffix("-authors").replace("-", "_"), "official": {
+            m: {"model": m.removesuffix("-authors"), "label": m, "paper_key": m.removesuffix("-authors").replace("-", "_"), "authors_checkpoints": {
                 "bbbc006_w1": f"DGNO_BBBC006_w1_{v}", "bbbc006_w2": f"DGNO_BBBC006_w2_{v}", "3dhistech": f"DGNO_3DHistech_{v}"}}
             for m, v in (("dgno-face-authors", "Face"), ("dgno-cell-authors", "Cell"))
         },  # fmt: skip
         "train": {"iterations": 1},
         "evaluate": {"tile": None, "lpips": False, "gumbel_repeats": 2},
         "experiments": {"stardist": {"dataset": "bbbc006_w1", "level": "z06", "methods": ["dgno-cell-authors"], "model": "train", "epochs": 1, "steps_per_epoch": 1, "patch": 16}},
-        "reproduction": {"methods": ["dgno-face-authors", "dgno-cell-authors"]},
+        "authors": {"methods": ["dgno-face-authors", "dgno-cell-authors"]},
     }
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -207,7 +208,7 @@ def _check_gumbel(tmp: Path) -> None:
     from dgno.inference.repeats import evaluate_repeats
 
     base = tmp / "results" / "eval" / "bbbc006_w1" / "dgno-cell-authors" / "z02"
-    model, data = tmp / "results" / "official" / "bbbc006_w1" / "dgno-cell-authors" / "model.pt", tmp / "results" / "data" / "bbbc006_w1"
+    model, data = tmp / "results" / "authors" / "bbbc006_w1" / "dgno-cell-authors" / "model.pt", tmp / "results" / "data" / "bbbc006_w1"
     r1, r2 = (pd.read_csv(base / "gumbel" / f"r{r}" / "per_image.csv") for r in (1, 2))
     argmax = pd.read_csv(base / "per_image.csv")
     assert not np.allclose(r1["psnr"], r2["psnr"]) and not np.allclose(r1["psnr"], argmax["psnr"])
@@ -220,7 +221,7 @@ def _check_gumbel(tmp: Path) -> None:
 
 
 def _check_report(tmp: Path) -> None:
-    table = pd.read_csv(tmp / "results" / "tables" / "reproduction.csv")
+    table = pd.read_csv(tmp / "results" / "tables" / "authors.csv")
     w1 = table[(table["dataset"] == "bbbc006_w1") & (table["table"] == "main") & (table["metric"] == "psnr")]
     assert set(w1["method"]) == {"dgno-face-authors", "dgno-cell-authors"} and w1["measured"].notna().all()
     assert set(w1["paper"]) == {37.09, 37.22}  # paper_values.yaml, Table 1
@@ -232,8 +233,8 @@ def _check_report(tmp: Path) -> None:
     assert table[table["table"] == "stardist"]["measured"].notna().all()
     histech = table[table["dataset"] == "3dhistech"]
     assert len(histech) and (histech["verdict"] == "not run").all()
-    html = (tmp / "report" / "authors.html").read_text()
-    assert "Reproduction from the released weights" in html and "CPU time of this target" in html and "GPU time" not in html  # device: cpu
+    html = unescape((tmp / "report" / "authors.html").read_text())
+    assert "Reproduction from the authors' released weights" in html and "CPU time of this target" in html and "GPU time" not in html  # device: cpu
     assert "files decided by: broad 36 (100%)" in html and "independent: yes" in html and "96 hidden file(s) skipped" in html
     assert "3dhistech: not run" in html and "not_placed" in html
     assert re.search(r"\d+ of \d+ measured paper numbers reproduced", html)
@@ -249,8 +250,8 @@ def test_without_the_broad_listing_the_target_runs_by_sharpness_and_says_so(tmp_
         cfg = yaml.safe_load(config.read_text())
         cfg["datasets"].pop("bbbc006_w2")
         cfg["datasets"].pop("3dhistech")
-        cfg["methods"] = {"dgno-cell-authors": {**cfg["methods"]["dgno-cell-authors"], "official": {"bbbc006_w1": "DGNO_BBBC006_w1_Cell"}}}
-        cfg.update(reproduction={"methods": ["dgno-cell-authors"]}, experiments={})
+        cfg["methods"] = {"dgno-cell-authors": {**cfg["methods"]["dgno-cell-authors"], "authors_checkpoints": {"bbbc006_w1": "DGNO_BBBC006_w1_Cell"}}}
+        cfg.update(authors={"methods": ["dgno-cell-authors"]}, experiments={})
         cfg["evaluate"]["gumbel_repeats"] = 0
         config.write_text(yaml.safe_dump(cfg))
         proc = _snakemake(tmp_path, config, "authors")
@@ -273,7 +274,7 @@ def test_opaque_names_fall_back_to_the_by_well_split_and_an_interrupted_download
         srv.faults.drop_first.add("BBBC006.tar.gz")
         config = _config(tmp_path, srv.base_url, options, bbbc006_w1={"test_levels": ["z02", "z01"]})
         cfg = yaml.safe_load(config.read_text())
-        cfg["reproduction"] = {"methods": ["dgno-cell-authors"]}
+        cfg["authors"] = {"methods": ["dgno-cell-authors"]}
         cfg["experiments"] = {}
         config.write_text(yaml.safe_dump(cfg))
         proc = _snakemake(tmp_path, config, "results/eval/bbbc006_w1/dgno-cell-authors/z01/summary.json", "results/eval/bbbc006_w1/dgno-cell-authors/z02/summary.json")

@@ -138,17 +138,17 @@ def test_protocol_and_dataset_recipes_name_real_settings(demo):
         validate_config(bad)
 
 
-def test_sigma_map_and_official_methods_are_checked(demo):
+def test_sigma_map_and_authors_methods_are_checked(demo):
     bad = copy.deepcopy(demo)
     bad["datasets"]["sig"] = {"source": "sigma_map", "base": "nope", "levels": {"s": [0.5, 2.0]}, "train_levels": ["s"], "test_levels": ["s"]}
     with pytest.raises(ConfigError, match=r"datasets\.sig\.base: 'nope' must name a dataset with sharp images"):
         validate_config(bad)
     bad = copy.deepcopy(demo)
     ds = next(iter(bad["experiments"]["operators"].get("datasets", [bad["experiments"]["operators"].get("dataset")])))
-    bad["methods"]["dgno-cell-authors"] = {"model": "dgno-cell", "official": {"elsewhere": "DGNO_BBBC006_w1_Cell"}}
-    with pytest.raises(ConfigError, match=r"methods\.dgno-cell-authors\.official\.elsewhere: not a dataset"):
+    bad["methods"]["dgno-cell-authors"] = {"model": "dgno-cell", "authors_checkpoints": {"elsewhere": "DGNO_BBBC006_w1_Cell"}}
+    with pytest.raises(ConfigError, match=r"methods\.dgno-cell-authors\.authors_checkpoints\.elsewhere: not a dataset"):
         validate_config(bad)
-    bad["methods"]["dgno-cell-authors"]["official"] = {k: "DGNO_BBBC006_w1_Cell" for k in bad["datasets"] if k != ds}
+    bad["methods"]["dgno-cell-authors"]["authors_checkpoints"] = {k: "DGNO_BBBC006_w1_Cell" for k in bad["datasets"] if k != ds}
     bad["experiments"]["operators"]["methods"].append("dgno-cell-authors")
     with pytest.raises(ConfigError, match=rf"'dgno-cell-authors' has no authors' checkpoint for dataset '{ds}'"):
         validate_config(bad)

@@ -44,8 +44,8 @@ def test_paper_dag_lists_every_experiment(tmp_path):
         "results/train/dpdd/dgno-face/model.pt",
         "results/eval/realdof/dgno-face/real/summary.json",
         # the authors' released weights, downloaded, imported and evaluated beside the trained models
-        "resources/official/DGNO_BBBC006_w2_Face.pth",
-        "results/official/3dhistech/dgno-cell-authors/model.pt",
+        "resources/authors/DGNO_BBBC006_w2_Face.pth",
+        "results/authors/3dhistech/dgno-cell-authors/model.pt",
         "results/eval/bbbc006_w1/dgno-face-authors/z02/summary.json",
         "results/eval/bbbc006_w2/dgno-cell-authors/z13/summary.json",
         # the paper's second controlled synthetic experiment

@@ -43,7 +43,7 @@ def _profile(name: str) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", PROFILES)
 def test_set_resources_name_real_rules(name, rule_names):
-    assert {"train", "evaluate", "train_stardist", "stardist_pretrained", "official_checkpoint"} <= rule_names
+    assert {"train", "evaluate", "train_stardist", "stardist_pretrained", "authors_checkpoint"} <= rule_names
     unknown = sorted(set(_profile(name).get("set-resources", {})) - rule_names)
     assert not unknown, f"profiles/{name}: set-resources for rules that do not exist: {unknown}"
 
@@ -113,7 +113,7 @@ def test_gpus_only_for_gpu_work_and_on_the_gpu_partition():
 
 def test_downloads_are_local_rules_and_heavy_jobs_are_not():
     local = set(resources.local_rules())
-    assert {"bbbc006_plane", "bbbc006_labels", "paired_source", "official_checkpoint", "stardist_pretrained", "table", "report"} <= local
+    assert {"bbbc006_plane", "bbbc006_labels", "paired_source", "authors_checkpoint", "stardist_pretrained", "table", "report"} <= local
     assert "edge_band" not in local and not GPU_RULES & local and "train" not in local
     # the table is the one place: the Snakefile declares exactly its local rules, no rule file adds any
     snakefile = (ROOT / "Snakefile").read_text()

@@ -5,7 +5,7 @@
 
 - every download (the authors' BBBC006 archive, the Broad planes and labels of its fields, DPDD, RealDOF,
   the six released checkpoints at toy size) comes from a loopback server (tests/fixtures_http.py), with
-  miniature archives of the real layouts (tests/bbbc006_replica.py, tests/fixtures_official.py);
+  miniature archives of the real layouts (tests/bbbc006_replica.py, tests/fixtures_authors.py);
 - 3DHistech, which is placed by hand (no public download), is a tiny folder in its layout;
 - StarDist's published model, downloaded from GitHub at run time, is replaced by a tiny StarDist
   trained here for one step and named through DGNO_STARDIST_PRETRAINED_DIR (the offline copy switch).
@@ -36,15 +36,15 @@ import torch
 import yaml
 from bbbc006_replica import archive_members, broad_zips, targz_bytes
 from conftest import ROOT, SNAKEMAKE
+from fixtures_authors import toy_release
 from fixtures_http import make_image, make_mask, serve
-from fixtures_official import toy_release
 from fixtures_paired import dpdd_zip, realdof_zip, write_histech
 
 pytest_plugins = ["slurm_cluster"]
 
 from slurm_cluster import terminate_with_parent  # noqa: E402
 
-OFFICIAL_NAME = "DGNO_BBBC006_w1_Cell"  # an authors' checkpoint the overlay evaluates (operators experiment, reproduction)
+AUTHORS_NAME = "DGNO_BBBC006_w1_Cell"  # an authors' checkpoint the overlay evaluates (operators experiment, target authors)
 RULE_LINE = re.compile(r"^(?:local)?rule (\w+):", re.MULTILINE)
 
 
@@ -149,12 +149,12 @@ def test_paper_dag_rehearsal(slurm_cluster, rehearsal_server, tmp_path):
         "results/tables/nonblind.csv",
         "results/tables/stardist_bbbc006_w1.csv",
         "results/eval/realdof/dgno-face/real/summary.json",
-        "results/official/bbbc006_w1/dgno-cell-authors/model.pt",
-        "results/tables/reproduction.csv",
+        "results/authors/bbbc006_w1/dgno-cell-authors/model.pt",
+        "results/tables/authors.csv",
         "results/eval/3dhistech/dgno-face-authors/real/gumbel/summary.json",
     ):
         assert (work / path).exists(), path
-    for name in ("BBBC006.tar.gz", "BBBC006_v1_images_z_16.zip", "BBBC006_v1_labels.zip", "DPDD.zip", "RealDOF.zip", f"{OFFICIAL_NAME}.pth", "DGNO_3DHistech_Cell.pth"):
+    for name in ("BBBC006.tar.gz", "BBBC006_v1_images_z_16.zip", "BBBC006_v1_labels.zip", "DPDD.zip", "RealDOF.zip", f"{AUTHORS_NAME}.pth", "DGNO_3DHistech_Cell.pth"):
         assert srv.served(name), f"{name} was never downloaded from the loopback server"
     # ... and what they hold (helpers below): scores, tables, training curves, analyses, noise sweep.
     cfg = merged_config(paper, config)
@@ -163,7 +163,7 @@ def test_paper_dag_rehearsal(slurm_cluster, rehearsal_server, tmp_path):
     check_training(work, cfg)
     check_analyses(work, summaries)
     check_sensitivity(work, cfg)
-    check_reproduction(work, summaries)
+    check_authors_table(work, summaries)
     print(f"rehearsal: {len(expected)} rules, snakemake {run_s:.0f} s, whole test {time.perf_counter() - t0:.0f} s")
 
 
@@ -332,10 +332,10 @@ def check_analyses(work: Path, summaries: dict) -> None:
         assert any(abs(m - row.psnr) < 1e-9 for m in means), (row, means)
 
 
-def check_reproduction(work: Path, summaries: dict) -> None:
-    """The reproduction table: each measured cell the mean of its evaluations, Δ its difference from the
+def check_authors_table(work: Path, summaries: dict) -> None:
+    """The authors' table: each measured cell the mean of its evaluations, Δ its difference from the
     paper, and the verdict "reproduced" exactly where |Δ| is within the tolerance."""
-    rows = _rows(work, "reproduction")
+    rows = _rows(work, "authors")
     measured = rows.dropna(subset=["measured"])
     assert len(measured) and set(measured["metric"]) >= {"psnr", "ssim"}, rows
     pooled_cells = 0
@@ -343,14 +343,14 @@ def check_reproduction(work: Path, summaries: dict) -> None:
         levels = row.levels.split("+")
         if row.metric in ("psnr", "ssim") and all((row.dataset, row.method, lv) in summaries for lv in levels):
             per_level = [summaries[row.dataset, row.method, lv] for lv in levels]
-            # RGB data are scored by 8-bit luma PSNR, as the authors did (dgno.report.reproduction)
+            # RGB data are scored by 8-bit luma PSNR, as the authors did (dgno.report.authors)
             key = "psnr_y8" if row.metric == "psnr" and per_level[0].get("psnr_y8") is not None else row.metric
             pooled = sum(s[key] * s["n_images"] for s in per_level) / sum(s["n_images"] for s in per_level)
             assert row.measured == pytest.approx(pooled, abs=1e-9), row
             pooled_cells += 1
         assert row.delta == pytest.approx(row.measured - row.paper, abs=1e-9), row
         assert row.verdict.startswith("reproduced") == (abs(row.delta) <= row.tolerance), row
-    assert pooled_cells, "no reproduction cell was checked against its evaluations"
+    assert pooled_cells, "no cell of the authors' table was checked against its evaluations"
 
 
 def check_sensitivity(work: Path, cfg: dict) -> None:

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import ROOT
 
 TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".smk", ".toml", ".txt", ".rst", ".html", ".sh", ".json", ".cfg", ".slurm"}
@@ -25,15 +26,28 @@ HISTORY = {
     "'the previous recording/run/version'": r"\bprevious (?:recording|run|version)",
 }
 README_MAX_LINES = 200
+# One name per concept: the authors' released weights are `authors` in file names, code, rules, config and docs.
+# Their deprecated name is left only where it is still read, at most this many lines per file, and nowhere else.
+DEPRECATED_NAME = re.compile(r"(?<![a-z])official(?![a-z])", re.IGNORECASE)
+DEPRECATION_HANDLING = {
+    "src/dgno/cli.py": 2,  # RENAMED_COMMANDS, RENAMED_OPTIONS: dgno import-official, --official
+    "src/dgno/inference/authors.py": 1,  # DEPRECATED_URL_ENV
+    "src/dgno/models/authors.py": 2,  # DEPRECATED_FOLDER: $DGNO_CACHE/official, <raw_dir>/official
+    "src/dgno/workflow/config.py": 4,  # RENAMED_KEYS
+    "docs/authors_weights.md": 6,  # the table of deprecated names
+    "tests/test_deprecated_names.py": None,  # the tests that each deprecated name still works
+}
+NAMED_AREAS = ("src/", "workflow/", "config/", "tests/", "docs/", "benchmarks/", "profiles/", "README.md", "Snakefile")
+OTHER_NAMES = re.compile(r"official|reproduction", re.IGNORECASE)  # the concept's other names, as names of things
 # The repository's copy of the authors' fixtures replaced a folder beside the checkout; nothing may read that one.
 OUTSIDE = ("../" + "shared", "/work/" + "shared")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 
 
-def _files() -> list[Path]:
-    """The checkout's own files (git's view), without the third-party fixtures and this file."""
+def _files(*, fixtures: bool = False) -> list[Path]:
+    """The checkout's own files (git's view), without this file and (unless ``fixtures``) the third-party fixtures."""
     out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, check=True)
-    names = [n for n in out.stdout.decode().split("\0") if n and not n.startswith("tests/fixtures/")]
+    names = [n for n in out.stdout.decode().split("\0") if n and (fixtures or not n.startswith("tests/fixtures/"))]
     return [ROOT / n for n in names if (ROOT / n).is_file() and ROOT / n != Path(__file__).resolve()]
 
 
@@ -66,7 +80,7 @@ def test_no_file_name_or_text_carries_development_history():
 
 
 def test_nothing_reads_the_folder_beside_the_checkout():
-    """Every test runs from a clone: the authors' fixtures are tests/fixtures/official, not a folder outside."""
+    """Every test runs from a clone: the authors' fixtures are tests/fixtures/authors, not a folder outside."""
     found = []
     for path in _text_files():
         rel = path.relative_to(ROOT).as_posix()
@@ -74,6 +88,45 @@ def test_nothing_reads_the_folder_beside_the_checkout():
             if any(o in line for o in OUTSIDE):
                 found.append(f"{rel}:{n}: {line.strip()[:120]}")
     assert not found, "files outside the repository are referred to (use tests/fixtures/ instead):\n" + "\n".join(found)
+
+
+def test_the_released_weights_have_one_name():
+    """"official" only in deprecation handling (:data:`DEPRECATION_HANDLING`); no file, rule or config key named after
+    the concept's other names ("official", "reproduction": prose may still say the paper is reproduced)."""
+    found, seen = [], set()
+    for path in _files(fixtures=True):
+        rel = path.relative_to(ROOT).as_posix()
+        if not rel.startswith(NAMED_AREAS):
+            continue
+        if OTHER_NAMES.search(rel):
+            found.append(f"{rel} (file name)")
+        if path.suffix not in TEXT_SUFFIXES and path.name not in TEXT_NAMES:
+            continue
+        hits = [f"{rel}:{n}: {line.strip()[:120]}" for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1) if DEPRECATED_NAME.search(line)]
+        if hits:
+            seen.add(rel)
+        limit = DEPRECATION_HANDLING.get(rel, 0)
+        found += hits if limit is not None and len(hits) > limit else []
+    rules = re.findall(r"^(?:local)?rule (\w+):", "".join(p.read_text() for p in (ROOT / "workflow" / "rules").glob("*.smk")), re.MULTILINE)
+    keys = _schema_keys(yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text()))
+    assert {"authors_checkpoint", "import_authors", "authors_table"} <= set(rules) and {"authors.tolerances", "methods.*.authors_checkpoints"} <= set(keys)
+    found += [f"rule {r}" for r in rules if OTHER_NAMES.search(r)] + [f"config key {k}" for k in keys if OTHER_NAMES.search(k)]
+    assert not found, "the released weights are called `authors` (deprecated names only where they are still read):\n" + "\n".join(found)
+    stale = sorted(set(DEPRECATION_HANDLING) - seen)
+    assert not stale, f"DEPRECATION_HANDLING lists files that no longer hold the deprecated name: {stale}"
+
+
+def _schema_keys(node, prefix: str = "") -> list[str]:
+    """Every property name of a JSON schema, as a dotted path."""
+    keys = []
+    if isinstance(node, dict):
+        for name, sub in node.get("properties", {}).items():
+            keys += [prefix + name] + _schema_keys(sub, f"{prefix}{name}.")
+        for key in ("additionalProperties", "items"):
+            keys += _schema_keys(node.get(key), f"{prefix}*.")
+        for name, sub in node.get("$defs", {}).items():
+            keys += _schema_keys(sub, f"$defs.{name}.")
+    return keys
 
 
 def test_the_readme_reads_in_five_minutes():

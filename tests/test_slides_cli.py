@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 import tifffile
 from conftest import ROOT
+from fixtures_authors import toy_release
 from fixtures_http import serve
-from fixtures_official import toy_release
 from fixtures_slides import affine, brightfield_slide, fluorescence_slide, identity_model_file, network
 
 from dgno.cli import main
-from dgno.inference import official
+from dgno.inference import authors
 from dgno.slides import work as work_module
 from dgno.slides.restore import restore_slide
 
@@ -72,17 +72,17 @@ def test_command_restores_with_a_model_file_and_never_overwrites_unasked(model, 
 
 
 def test_released_networks_by_name_with_the_authors_tiles(tmp_path, monkeypatch, capsys):
-    """--official NAME: the released checkpoint (toy size, served on 127.0.0.1) downloaded once, applied with
+    """--authors NAME: the released checkpoint (toy size, served on 127.0.0.1) downloaded once, applied with
     the authors' protocol (512-px tiles, 32 px overlap, cross-fade); a fluorescence network refuses RGB."""
     files, options = toy_release(tmp_path / "release", names=("DGNO_3DHistech_Cell", "DGNO_BBBC006_w1_Cell"))
     src = tmp_path / "he.tif"
     brightfield_slide(src, shape=(400, 500), regions=[])  # one tile: the network at toy size still takes seconds
-    monkeypatch.setenv(official.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(authors.CACHE_ENV, str(tmp_path / "cache"))
     with serve(files) as srv:
-        monkeypatch.setenv(official.URL_ENV, srv.base_url)
+        monkeypatch.setenv(authors.URL_ENV, srv.base_url)
         args = ["--output", tmp_path / "out", "--restore", "all"]
-        assert _cli(src, "--official", "DGNO_3DHistech_Cell", "--options", options / "DGNO_3DHistech_Cell.yml", *args) == 0
-        assert _cli(src, "--official", "DGNO_BBBC006_w1_Cell", "--options", options / "DGNO_BBBC006_w1_Cell.yml", *args, "--overwrite") == 1
+        assert _cli(src, "--authors", "DGNO_3DHistech_Cell", "--options", options / "DGNO_3DHistech_Cell.yml", *args) == 0
+        assert _cli(src, "--authors", "DGNO_BBBC006_w1_Cell", "--options", options / "DGNO_BBBC006_w1_Cell.yml", *args, "--overwrite") == 1
     err = capsys.readouterr().err
     assert "he.tif: a 8-bit RGB brightfield slide, but DGNO_BBBC006_w1_Cell restores 1-channel images. Fix: use a 3DHistech network" in err
     summary = json.loads((tmp_path / "out" / "he.summary.json").read_text())

@@ -28,7 +28,7 @@ def _smoke_with_face_grid(**datasets_extra) -> dict:
     """The smoke config with a flux grid of DGNO-Face on `nuclei`, and the authors' DGNO-Face weights
     listed first among the methods (same model, no overrides: the same network, but not a training)."""
     raw = yaml.safe_load((ROOT / "tests" / "smoke.yaml").read_text())
-    raw["methods"] = {"dgno-face-authors": {"model": "dgno-face", "official": {"nuclei": "DGNO_X"}}, **raw["methods"]}
+    raw["methods"] = {"dgno-face-authors": {"model": "dgno-face", "authors_checkpoints": {"nuclei": "DGNO_X"}}, **raw["methods"]}
     raw["ablations"] = {"flux_boundary": {"dataset": "nuclei", "variants": ["dgno-face"], "flux": ["avg_jump", "jump"], "boundary": ["dirichlet"]}}
     raw["datasets"]["nuclei"].update(datasets_extra)
     return validate_config(raw)
@@ -62,13 +62,13 @@ def test_reuse_never_picks_imported_weights_and_follows_the_datasets_overrides()
     assert plan.training_of(cfg, "nuclei", "dgno-face/flux=avg_jump/boundary=dirichlet") == "dgno-face/flux=avg_jump/boundary=dirichlet"
 
 
-def test_checkpoints_come_from_trained_on_and_official_weights(cfg):
+def test_checkpoints_come_from_trained_on_and_authors_weights(cfg):
     paper = cfg["paper"]
     assert plan.trained_model(paper, "realdof", "dgno-face") == "results/train/dpdd/dgno-face/model.pt"
-    assert plan.trained_model(paper, "bbbc006_w2", "dgno-face-authors") == "results/official/bbbc006_w2/dgno-face-authors/model.pt"
-    assert plan.official_checkpoint(paper, "bbbc006_w2", "dgno-face-authors") == "resources/official/DGNO_BBBC006_w2_Face.pth"
-    with pytest.raises(ValueError, match=r"no authors' checkpoint for dataset dpdd.*Fix: add it under methods\.dgno-face-authors\.official"):
-        plan.official_checkpoint(paper, "dpdd", "dgno-face-authors")
+    assert plan.trained_model(paper, "bbbc006_w2", "dgno-face-authors") == "results/authors/bbbc006_w2/dgno-face-authors/model.pt"
+    assert plan.authors_checkpoint_file(paper, "bbbc006_w2", "dgno-face-authors") == "resources/authors/DGNO_BBBC006_w2_Face.pth"
+    with pytest.raises(ValueError, match=r"no authors' checkpoint for dataset dpdd.*Fix: add it under methods\.dgno-face-authors\.authors_checkpoints"):
+        plan.authors_checkpoint_file(paper, "dpdd", "dgno-face-authors")
     cached = []
     plan.trained_model(paper, "bbbc006_w1", "dgno-face/tau=learnable", trainings=lambda d, m: cached.append((d, m)) or "x")
     assert cached == [("bbbc006_w1", "dgno-face/tau=learnable")]

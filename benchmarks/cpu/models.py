@@ -43,7 +43,7 @@ DEFAULT_MODELS = [
 PUBLISHED: dict[str, dict[str, Any]] = {
     "nafnet": {
         "params_m": 17.11,
-        "source": "NAFNet-width32 GoPro config (Chen et al., ECCV 2022; official options/train/GoPro/NAFNet-width32.yml): "
+        "source": "NAFNet-width32 GoPro config (Chen et al., ECCV 2022; their repository's options/train/GoPro/NAFNet-width32.yml): "
         "17,111,907 parameters for RGB, as counted in a public reproduction of that config",
         "checked": True,
     },

@@ -3,7 +3,7 @@
 A ``model.pt`` is a plain dict of tensors and data (``{"version", "spec", "state_dict", ...}``):
 ``spec`` is the registry name, scale, ``hparams`` and config overrides, so :func:`load_trained`
 rebuilds the network from the file alone, with no flags. Training (``dgno.train``) writes such
-files and its resume checkpoints through :func:`save_checkpoint`; :func:`import_official` writes
+files and its resume checkpoints through :func:`save_checkpoint`; :func:`import_authors` writes
 one from a BasicSR checkpoint of the authors' DGNO. Everything that runs a trained model
 (``dgno.inference``, ``dgno.analysis``, the experiments) loads it here.
 """
@@ -20,7 +20,7 @@ import torch
 from dgno import provenance
 from dgno.data.download import sha256_file
 from dgno.io import InputError, atomic_path
-from dgno.models.official import convert_state_dict, load_official_state, model_from_options, read_network_options
+from dgno.models.authors import convert_state_dict, load_authors_state, model_from_options, read_network_options
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import build_model
 
@@ -86,7 +86,7 @@ def _build(path: Path, spec: dict[str, Any], state_dict: dict[str, torch.Tensor]
 
 
 def load_trained(path: str | Path, device: torch.device | str = "cpu") -> tuple[torch.nn.Module, dict[str, Any]]:
-    """Rebuild a network from a ``model.pt`` written by training or :func:`import_official` (no flags needed)."""
+    """Rebuild a network from a ``model.pt`` written by training or :func:`import_authors` (no flags needed)."""
     path = Path(path)
     return _from_model_file(path, _read_blob(path, device), device)
 
@@ -133,7 +133,7 @@ def _rebuild_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def import_official(
+def import_authors(
     checkpoint: str | Path,
     options: str | Path,
     out: str | Path,
@@ -143,15 +143,15 @@ def import_official(
     """Write a project ``model.pt`` holding the authors' weights from ``checkpoint``.
 
     ``options`` is the authors' option file (or the name of a released network); the network it
-    describes is built here and filled by the strict renaming of :mod:`dgno.models.official`.
+    describes is built here and filled by the strict renaming of :mod:`dgno.models.authors`.
     """
     checkpoint, options, out = Path(checkpoint), Path(options), Path(out)
     network_g = read_network_options(options)
     name, channels, overrides = model_from_options(network_g, source=str(options))
     model = build_model(name, scale="paper", in_channels=channels, **registry_overrides(overrides))
-    official = load_official_state(checkpoint, weights=weights)
+    theirs = load_authors_state(checkpoint, weights=weights)
     try:
-        state = convert_state_dict(official, model.state_dict(), element_size=overrides["element_size"])
+        state = convert_state_dict(theirs, model.state_dict(), element_size=overrides["element_size"])
     except ValueError as exc:
         raise InputError(f"{checkpoint}: does not match {options} ({exc})") from exc
     model.load_state_dict(state, strict=True)
@@ -161,7 +161,7 @@ def import_official(
         "state_dict": model.state_dict(),
         "weights_sha256": weights_digest(model.state_dict()),
         "normalise": released_normalisation(channels),
-        "official": {
+        "authors": {
             "checkpoint": str(checkpoint),
             "checkpoint_sha256": sha256_file(checkpoint),
             "weights": weights,

@@ -25,6 +25,24 @@ from dgno.workflow.config import load_config
 # took 118 s each with spinning threads and 60 s with sleeping ones, the two one after the other 62 s
 # (benchmarks/cpu/deblur_concurrency.py, benchmarks/results/deblur_concurrency.json).
 PASSIVE_THREAD_COMMANDS = frozenset({"deblur"})
+# Command-line words under a deprecated name, still read as their replacement with a one-line notice.
+RENAMED_COMMANDS = {"import-official": "import-authors"}
+RENAMED_OPTIONS = {"--official": "--authors"}  # of deblur and deblur-slide
+
+
+class _RenamedOption(argparse.Action):
+    """An option under its deprecated name: stored as its replacement, with a one-line notice on stderr."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"dgno: {option_string} is deprecated, read as {RENAMED_OPTIONS[option_string]}. Fix: write {RENAMED_OPTIONS[option_string]}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def _released_network_options(which, help_text: str) -> None:
+    """--authors NAME in a (checkpoint | released network) group, and its deprecated spelling, hidden from --help."""
+    which.add_argument("--authors", metavar="NAME", help=help_text)
+    for old, new in RENAMED_OPTIONS.items():
+        which.add_argument(old, metavar="NAME", dest=new.removeprefix("--"), action=_RenamedOption, help=argparse.SUPPRESS)
 
 
 def _run_command(args: argparse.Namespace) -> int:
@@ -106,12 +124,11 @@ def _add_deblur(sub) -> None:
     )
     p.add_argument("inputs", nargs="+", help="image files or folders of them (hidden files such as ._name.tif are skipped)")
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--checkpoint", help="a model.pt (dgno train / import-official) or an authors' checkpoint .pth (detected from the file)")
-    which.add_argument(
-        "--official",
-        metavar="NAME",
-        help="a released checkpoint of the authors (e.g. DGNO_BBBC006_w1_Cell), downloaded once into $DGNO_CACHE/official "
-        "(default ~/.cache/dgno/official) and restored with their tile protocol",
+    which.add_argument("--checkpoint", help="a model.pt (dgno train / import-authors) or an authors' checkpoint .pth (detected from the file)")
+    _released_network_options(
+        which,
+        "a released checkpoint of the authors (e.g. DGNO_BBBC006_w1_Cell), downloaded once into $DGNO_CACHE/authors "
+        "(default ~/.cache/dgno/authors) and restored with their tile protocol",
     )
     p.add_argument("--options", help="the authors' option file (options/DGNO_*.yml) of an authors' checkpoint whose name is not a released one")
     p.add_argument("--output", required=True, help="output folder, created if needed: the same file names, containers, dtypes and metadata as the inputs")
@@ -132,7 +149,7 @@ def _add_deblur(sub) -> None:
 
 
 def _add_image_commands(sub) -> None:
-    """deblur, lam, import-official."""
+    """deblur, lam, import-authors."""
     _add_deblur(sub)
 
     p = sub.add_parser("lam", help="local attribution maps: which input pixels trained models use for one output window of your image")
@@ -148,7 +165,7 @@ def _add_image_commands(sub) -> None:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.set_defaults(func=_run_command)
 
-    p = sub.add_parser("import-official", help="turn an authors' DGNO checkpoint (BasicSR .pth) into a dgno model.pt")
+    p = sub.add_parser("import-authors", help="turn an authors' DGNO checkpoint (BasicSR .pth) into a dgno model.pt")
     p.add_argument("checkpoint", help="the authors' checkpoint, e.g. DGNO_BBBC006_w1_Face.pth ({'params': state_dict, ...})")
     p.add_argument("--options", required=True, help="the authors' option file for it (options/DGNO_*.yml), or a JSON with a network_g block")
     p.add_argument("--out", required=True, help="model.pt to write (loads in dgno deblur / evaluate / lam)")
@@ -167,7 +184,7 @@ def _add_slide_command(sub) -> None:
     p.add_argument("slides", nargs="+", help="slide files; RGB brightfield or fluorescence (8/16-bit, multi-channel OME-TIFF)")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", help="a model.pt, or an authors' checkpoint .pth")
-    which.add_argument("--official", metavar="NAME", help="a released network: DGNO_3DHistech_Cell/_Face (brightfield RGB), DGNO_BBBC006_w1/w2_Cell/_Face (one fluorescence channel)")
+    _released_network_options(which, "a released network: DGNO_3DHistech_Cell/_Face (brightfield RGB), DGNO_BBBC006_w1/w2_Cell/_Face (one fluorescence channel)")
     p.add_argument("--options", help="the authors' option file of a checkpoint whose name is not a released one")
     p.add_argument("--output", required=True, help="output folder: <name>.ome.tif, <name>.tiles.csv, <name>.focus.png, <name>.before_after.png, <name>.summary.json")
     level = p.add_mutually_exclusive_group()
@@ -240,8 +257,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _renamed_command(argv: list[str]) -> list[str]:
+    """``argv`` with a sub-command under its deprecated name (:data:`RENAMED_COMMANDS`) replaced, saying so once."""
+    if argv and argv[0] in RENAMED_COMMANDS:
+        print(f"dgno: {argv[0]} is deprecated, read as {RENAMED_COMMANDS[argv[0]]}. Fix: write dgno {RENAMED_COMMANDS[argv[0]]}", file=sys.stderr)
+        return [RENAMED_COMMANDS[argv[0]], *argv[1:]]
+    return argv
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_renamed_command(list(sys.argv[1:] if argv is None else argv)))
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -1,4 +1,4 @@
-"""The sub-commands of ``dgno`` that run networks: train, evaluate, summary, deblur, lam, import-official, bench.
+"""The sub-commands of ``dgno`` that run networks: train, evaluate, summary, deblur, lam, import-authors, bench.
 
 Each is a thin shell around a package function, called by :func:`dgno.cli.main` with the parsed
 arguments. They live apart from the parser because they need torch (and the figures matplotlib),
@@ -18,8 +18,8 @@ from dgno import metric_spec
 from dgno.analysis.bench import bench_forward, bench_train, write_results
 from dgno.analysis.cost import summary_rows
 from dgno.analysis.lam import image_lam
-from dgno.checkpoint import import_official as import_official_checkpoint
-from dgno.inference import official, preflight
+from dgno.checkpoint import import_authors as import_authors_checkpoint
+from dgno.inference import authors, preflight
 from dgno.inference.deblur import DeblurOptions, deblur_batch
 from dgno.inference.deblur import check_options as check_deblur_options
 from dgno.inference.evaluate import evaluate_checkpoint
@@ -81,7 +81,7 @@ def summary(args: argparse.Namespace) -> int:
     return 0
 
 
-def _deblur_options(args: argparse.Namespace, how: official.Restoration | None) -> DeblurOptions:
+def _deblur_options(args: argparse.Namespace, how: authors.Restoration | None) -> DeblurOptions:
     """The command line's options; without ``how`` (the model not resolved yet) only what the user gave."""
     return DeblurOptions(
         tile=args.tile if args.tile is not None or how is None else how.tile,
@@ -106,7 +106,7 @@ def deblur(args: argparse.Namespace) -> int:
     check_deblur_options(_deblur_options(args, None))
     preflight.check_device(args.device)
     preflight.prepare_output_dir(args.output)
-    how = official.released(args.official, options=args.options) if args.official else official.local(args.checkpoint, options=args.options)
+    how = authors.released(args.authors, options=args.options) if args.authors else authors.local(args.checkpoint, options=args.options)
     summary = deblur_batch(args.inputs, args.output, checkpoint=how.model, device=args.device, options=_deblur_options(args, how))
     print(summary.line())
     if summary.failed:
@@ -127,7 +127,7 @@ def _slide_line(summary: dict) -> str:
 
 def deblur_slide(args: argparse.Namespace) -> int:
     """Restore each slide; one line per slide; exit 143 when stopped by a signal (a rerun resumes)."""
-    network = load_network(checkpoint=args.checkpoint, official=args.official, options=args.options, device=args.device,
+    network = load_network(checkpoint=args.checkpoint, authors=args.authors, options=args.options, device=args.device,
                            tile_batch=args.tile_batch, cuda_graphs=args.cuda_graphs, bf16=args.bf16, threads=args.threads)  # fmt: skip
     options = dict(level=args.level, mpp=args.mpp, channel=args.channel, restore=args.restore, threshold=args.threshold, margin=args.focus_margin,
                    min_tissue=args.min_tissue, focus_downsample=args.focus_downsample, compression=args.compression, overwrite=args.overwrite,
@@ -177,8 +177,8 @@ def lam(args: argparse.Namespace) -> int:
     return 0
 
 
-def import_official(args: argparse.Namespace) -> int:
-    print(import_official_checkpoint(args.checkpoint, args.options, args.out, weights=args.weights))
+def import_authors(args: argparse.Namespace) -> int:
+    print(import_authors_checkpoint(args.checkpoint, args.options, args.out, weights=args.weights))
     return 0
 
 

@@ -1,7 +1,47 @@
-# The paper's numbers from the authors' released weights (target `authors`): their BBBC006 archive
-# and split (the planes of its blur files from the names the Broad archives list, bbbc006_broad_names),
-# their six checkpoints, evaluations with argmax and Gumbel routing, StarDist AP on their restorations,
-# and the table "Reproduction from the released weights" (dgno.workflow.reproduction).
+# The authors' released weights (target `authors`): their six checkpoints, downloaded where the
+# network is and imported, then evaluated like any trained model (rule evaluate reads
+# results/authors/... for methods with `authors_checkpoints`); their BBBC006 archive and split (the
+# planes of its blur files from the names the Broad archives list, bbbc006_broad_names); evaluations
+# with argmax and Gumbel routing, StarDist AP on their restorations, and the table "Reproduction from
+# the authors' released weights" (dgno.workflow.authors).
+
+
+rule authors_checkpoint:
+    output:
+        f"{RAW}/authors/{{name}}.pth",
+    log:
+        "results/logs/download/authors_{name}.log",
+    wildcard_constraints:
+        name=r"[A-Za-z0-9_.-]+",
+    conda:
+        "../../envs/dgno.yaml"
+    threads: threads_for("authors_checkpoint")
+    resources:
+        **resources_for("authors_checkpoint"),
+    params:
+        url=lambda wc: config["downloads"]["authors_checkpoints_url"] + f"{wc.name}.pth",
+        sha256=lambda wc: config["downloads"]["authors_checkpoints_sha256"].get(wc.name),
+        retries=config["downloads"]["retries"],
+    script:
+        "../scripts/authors_checkpoint.py"
+
+
+rule import_authors:
+    input:
+        checkpoint=authors_checkpoint_file,
+    output:
+        model="results/authors/{dataset}/{method}/model.pt",
+    log:
+        "results/logs/import_authors/{dataset}/{method}.log",
+    conda:
+        "../../envs/dgno.yaml"
+    threads: threads_for("import_authors")
+    resources:
+        **resources_for("import_authors"),
+    params:
+        options=authors_options,
+    script:
+        "../scripts/import_authors.py"
 
 
 rule bbbc006_authors_archive:
@@ -62,9 +102,9 @@ rule evaluate_gumbel:
 
 rule stardist_authors:
     input:
-        unpack(reproduction_stardist_inputs),
+        unpack(authors_stardist_inputs),
     output:
-        "results/reproduction/stardist_{dataset}.csv",
+        "results/authors/stardist_{dataset}.csv",
     log:
         "results/logs/stardist/{dataset}_authors.log",
     benchmark:
@@ -76,36 +116,36 @@ rule stardist_authors:
         **resources_for("stardist_authors"),
     params:
         level=config["experiments"].get("stardist", {}).get("level"),
-        methods=reproduction.methods(config),
+        methods=authors.methods(config),
     script:
         "../scripts/stardist_authors.py"
 
 
-rule reproduction_table:
+rule authors_table:
     input:
-        **reproduction_table_inputs(),
+        **authors_table_inputs(),
     output:
         report(
-            "results/tables/reproduction.csv",
-            caption="../report/reproduction.rst",
-            category="Reproduction from the released weights",
+            "results/tables/authors.csv",
+            caption="../report/authors.rst",
+            category="Reproduction from the authors' released weights",
         ),
     log:
-        "results/logs/tables/reproduction.log",
+        "results/logs/tables/authors.log",
     conda:
         "../../envs/report.yaml"
-    threads: threads_for("reproduction_table")
+    threads: threads_for("authors_table")
     resources:
-        **resources_for("reproduction_table"),
+        **resources_for("authors_table"),
     params:
-        settings=reproduction_settings(),
+        settings=authors_settings(),
     script:
-        "../scripts/reproduction.py"
+        "../scripts/authors_table.py"
 
 
 rule report_authors:
     input:
-        "results/tables/reproduction.csv",
+        "results/tables/authors.csv",
     output:
         "report/authors.html",
     log:

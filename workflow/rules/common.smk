@@ -9,8 +9,8 @@ from pathlib import Path
 from dgno.data import GENERATED_SOURCES
 from dgno.experiments import catalogue
 from dgno.report import comparisons
+from dgno.workflow import authors
 from dgno.workflow import plan
-from dgno.workflow import reproduction
 from dgno.workflow import replicates
 from dgno.workflow import resources as dgno_resources
 from dgno.workflow import settings
@@ -164,12 +164,12 @@ def replicate_model(wildcards):
     )
 
 
-def official_checkpoint(wildcards):
-    return plan.official_checkpoint(config, wildcards.dataset, wildcards.method)
+def authors_checkpoint_file(wildcards):
+    return plan.authors_checkpoint_file(config, wildcards.dataset, wildcards.method)
 
 
-def official_options(wildcards):
-    return plan.official_options(config, wildcards.dataset, wildcards.method)
+def authors_options(wildcards):
+    return plan.authors_options(config, wildcards.dataset, wildcards.method)
 
 
 def bbbc006_settings(wildcards):
@@ -219,15 +219,15 @@ def lam_inputs(wildcards):
     return plan.lam_inputs(config, wildcards.dataset)
 
 
-# --- the reproduction from the authors' released weights (dgno.workflow.reproduction) ------------
-reproduction_table_inputs = functools.partial(reproduction.table_inputs, config)
-reproduction_settings = functools.partial(reproduction.settings, config)
+# --- the paper's numbers from the authors' released weights (dgno.workflow.authors) --------------
+authors_table_inputs = functools.partial(authors.table_inputs, config)
+authors_settings = functools.partial(authors.settings, config)
 gumbel_settings = functools.partial(settings.gumbel_settings, config)
 
 
-def reproduction_stardist_inputs(wildcards):
-    return reproduction.stardist_inputs(config, wildcards.dataset)
+def authors_stardist_inputs(wildcards):
+    return authors.stardist_inputs(config, wildcards.dataset)
 
 
 def authors_target(wildcards):
-    return reproduction.target(config)
+    return authors.target(config)

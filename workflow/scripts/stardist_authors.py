@@ -1,4 +1,4 @@
-"""Rule `stardist_authors`: StarDist AP on the authors' restorations (blurred and sharp alongside), for the reproduction."""
+"""Rule `stardist_authors`: StarDist AP on the authors' restorations (blurred and sharp alongside), for target `authors`."""
 
 import sys
 from pathlib import Path

@@ -36,7 +36,7 @@ from dgno.choices import check_choice
 
 Normalisation = Literal["minmax", "dtype"]
 NORMALISATIONS: tuple[str, ...] = ("minmax", "dtype")
-CHECKPOINT_KEY = "normalise"  # the model-file key training and import-official write
+CHECKPOINT_KEY = "normalise"  # the model-file key training and import-authors write
 UNRECORDED = "dtype"  # what a model file without the key gets: scaling by the data's full scale
 CAMERA_BITS = (8, 10, 12, 14, 16, 20, 24, 32, 48, 64)  # depths of real sensors and containers
 FLOAT_SLACK = 1e-3  # float data this far outside [0, 1] still count as [0, 1] data (rounding of exports)

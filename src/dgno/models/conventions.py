@@ -1,13 +1,13 @@
 """How this package's DGNO computes the authors' function, convention by convention.
 
-Kept apart from :mod:`dgno.models.official` (which needs torch) because the report's protocol
+Kept apart from :mod:`dgno.models.authors` (which needs torch) because the report's protocol
 section shows the list, and the report runs without torch.
 """
 
 from __future__ import annotations
 
 # How this package's DGNO computes the authors' function: (convention, the authors' code, the paper's
-# text or the plausible alternative whose effect benchmarks/cpu/official_conventions.py measures).
+# text or the plausible alternative whose effect benchmarks/cpu/authors_conventions.py measures).
 # Shown in the report's protocol section.
 AUTHORS_CONVENTIONS: tuple[tuple[str, str, str], ...] = (
     ("DG / Galerkin layer update", "out = x + W2 GELU(W1 (x + Q K_e))", "alternative: z = x + Q K_e, out = z + MLP(z)"),

@@ -13,13 +13,14 @@ import pandas as pd
 
 from dgno.experiments import catalogue
 from dgno.io import read_json
+from dgno.report.authors import TITLE as AUTHORS_TITLE
+from dgno.report.authors import authors_section
 from dgno.report.claims import claims_section
 from dgno.report.comparisons import select_replicates
 from dgno.report.cost_section import BENCH_COMMAND, cost_section, runtime_section
 from dgno.report.protocol import protocol_section
 from dgno.report.reading import collect_summaries, summary_files
 from dgno.report.render import benchmark_times, header_context, render
-from dgno.report.reproduction import reproduction_section
 from dgno.report.section import Section, experiment_figures
 
 RUNTIME = ("runtime_memory", "Runtime / memory vs image size")  # the paper's catalogue line of the recorded benchmarks
@@ -67,8 +68,8 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
         model_json = results / "stardist" / config["experiments"]["stardist"]["dataset"] / "model.json"
         if model_json.exists():
             stardist_source = read_json(model_json)["source"]
-    if "reproduction" in config:
-        sections.append(reproduction_section(config, results))
+    if "authors" in config:
+        sections.append(authors_section(config, results))
     sections.append(cost_section(config, results))
     runtime, runtime_measured = runtime_section(results)
     sections.append(runtime)
@@ -78,10 +79,10 @@ def build_report(config: dict[str, Any], results_root: str | Path, out_html: str
 
 
 def build_authors_report(config: dict[str, Any], results_root: str | Path, out_html: str | Path) -> None:
-    """The report of target ``authors``: the protocol and the reproduction from the released weights, standing alone."""
+    """The report of target ``authors``: the protocol and the paper's numbers from the authors' released weights, standing alone."""
     results = Path(results_root)
     summaries = collect_summaries(summary_files(results))
     context = header_context(config, summaries, results=results)
-    catalogue_list = [{"title": "Reproduction from the released weights", "section": "reproduction", "status": None, "reason": ""}]
-    context.update(sections=[protocol_section(config), reproduction_section(config, results)], catalogue=catalogue_list, compute=benchmark_times(results / "benchmarks").to_dict("records"))
+    catalogue_list = [{"title": AUTHORS_TITLE, "section": "authors", "status": None, "reason": ""}]
+    context.update(sections=[protocol_section(config), authors_section(config, results)], catalogue=catalogue_list, compute=benchmark_times(results / "benchmarks").to_dict("records"))
     render(context, out_html)

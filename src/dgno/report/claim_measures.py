@@ -158,7 +158,7 @@ def _candidates(config: dict, measure: dict, methods: list[str]) -> list[str]:
 
 def _trained(config: dict, method: str, dataset: str) -> bool:
     cfg = config["methods"].get(method)
-    return cfg is not None and dataset not in cfg.get("official", {})
+    return cfg is not None and dataset not in cfg.get("authors_checkpoints", {})
 
 
 # ------------------------------------------------------------------------------------- reading files

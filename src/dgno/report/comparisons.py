@@ -61,7 +61,7 @@ class Resampling:
 def is_trained(config: Mapping[str, Any], method: str) -> bool:
     """Whether `method` is a network trained by this workflow (so it has seed replicates)."""
     spec = config["methods"].get(method)
-    return spec is not None and "official" not in spec and method not in UNTRAINED
+    return spec is not None and "authors_checkpoints" not in spec and method not in UNTRAINED
 
 
 def row_replicates(config: Mapping[str, Any], name: str, method: str) -> list[int]:
@@ -82,7 +82,7 @@ def select_replicates(frame: pd.DataFrame, config: Mapping[str, Any], name: str)
 
 
 def _first_of_model(config: Mapping[str, Any], methods: Iterable[str], model: str) -> list[str]:
-    hit = [m for m in methods if config["methods"].get(m, {}).get("model") == model and "official" not in config["methods"][m]]
+    hit = [m for m in methods if config["methods"].get(m, {}).get("model") == model and "authors_checkpoints" not in config["methods"][m]]
     return hit[:1]
 
 

@@ -22,8 +22,8 @@ def protocol_section(config: dict[str, Any]) -> Section:
     sec.notes.append(
         "The paper's numbers were made by the authors' code (GitHub qiiiiiii523/CC_defocus, third_party/DGNO) and option files. "
         "Where the paper's text and that code disagree, this pipeline follows the code and says so here. The network reproduces the "
-        "authors' outputs to 1e-14 in float64 on their golden fixtures (tests/test_official.py); their released checkpoints load with "
-        "dgno import-official."
+        "authors' outputs to 1e-14 in float64 on their golden fixtures (tests/test_authors_import.py); their released checkpoints load with "
+        "dgno import-authors."
     )
     rows = []
     for path, entry in config.get("protocol", {}).items():

@@ -57,7 +57,7 @@ def paper_row(rows: dict[str, Any], method_cfg: dict[str, Any], method: str) -> 
 
 def summary_files(results: str | Path) -> list[Path]:
     """Every evaluation's summary.json under ``results/eval``, except those of Gumbel-routing repeats
-    (``<level>/gumbel/...``: the reproduction table reads them; a results table shows the plain evaluation)."""
+    (``<level>/gumbel/...``: the authors' table reads them; a results table shows the plain evaluation)."""
     root = Path(results) / "eval"
     return sorted(p for p in root.rglob("summary.json") if "gumbel" not in p.relative_to(root).parts)
 

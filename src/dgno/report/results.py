@@ -46,13 +46,13 @@ def main_section(name: str, config: dict, summaries: pd.DataFrame, results: Path
             f"{config['methods'][m].get('label', m)}: measured without EFCR (not part of the released MPT code this pipeline follows); "
             "its paper row in Table 1 is MPT+EFCR, so the difference includes EFCR's contribution."
         )
-    official = [m for m in exp["methods"] if "official" in config["methods"].get(m, {})]
-    if official:
+    released = [m for m in exp["methods"] if "authors_checkpoints" in config["methods"].get(m, {})]
+    if released:
         own = [ds for ds in dss if config["datasets"][ds].get("split") == "authors"]
         other = [ds for ds in dss if config["datasets"][ds]["source"] == "bbbc006" and ds not in own]
         where = f"evaluated on the authors' own test split on {', '.join(own)} (their BBBC006.tar.gz)" if own else "evaluated on this pipeline's test split"
         caveat = f"; on {', '.join(other)} this pipeline's by-well split, whose test images the released models may have been trained on" if other else ""
-        sec.notes.append(f"Rows {', '.join(config['methods'][m].get('label', m) for m in official)}: the authors' released weights, not trained here, {where}{caveat}.")
+        sec.notes.append(f"Rows {', '.join(config['methods'][m].get('label', m) for m in released)}: the authors' released weights, not trained here, {where}{caveat}.")
     sec.tables.append(
         metric_table(
             summaries,

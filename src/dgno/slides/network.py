@@ -1,7 +1,7 @@
 """The network a slide is restored with: which channels go through it, its intensity scale, one batch of tiles.
 
 :func:`load_network` wraps a project ``model.pt``, an authors' checkpoint or a released one
-(``dgno.inference.official``: the authors' 512-px tiles, 32 px overlap, cross-fade) as a
+(``dgno.inference.authors``: the authors' 512-px tiles, 32 px overlap, cross-fade) as a
 :class:`SlideNetwork`. Tests and benchmarks build one around any ``(B, C, h, w) → (B, C, h, w)`` callable.
 
 Normalisation (:func:`unit_range`) follows how each network was trained: the 3DHistech networks (RGB)
@@ -22,7 +22,7 @@ import torch
 
 from dgno.checkpoint import load_trained, pick_device
 from dgno.data.download import sha256_file
-from dgno.inference import official as released
+from dgno.inference import authors as released
 from dgno.inference.cuda_graphs import forward_fn
 from dgno.inference.evaluate import default_tile_batch
 from dgno.io import InputError
@@ -57,7 +57,7 @@ class SlideNetwork:
 def load_network(
     *,
     checkpoint: str | None = None,
-    official: str | None = None,
+    authors: str | None = None,
     options: str | None = None,
     device: str = "auto",
     tile_batch: int | None = None,
@@ -65,18 +65,18 @@ def load_network(
     bf16: bool = False,
     threads: int | None = None,
 ) -> SlideNetwork:
-    """A ``model.pt`` / authors' ``.pth`` (``checkpoint``) or a released network by name (``official``).
+    """A ``model.pt`` / authors' ``.pth`` (``checkpoint``) or a released network by name (``authors``).
 
     ``threads``: CPU threads of torch (process-wide; a resumed run on a CPU should use the same number,
     since the order of a multi-threaded sum can change the last bit of a tile).
     """
-    if (checkpoint is None) == (official is None):
-        raise ValueError("give exactly one of checkpoint= and official=")
+    if (checkpoint is None) == (authors is None):
+        raise ValueError("give exactly one of checkpoint= and authors=")
     if threads is not None:
         if threads < 1:
             raise InputError(f"--threads {threads}: must be at least 1. Fix: pass --threads 1 or more")
         torch.set_num_threads(threads)
-    how = released.released(official, options=options) if official else released.local(checkpoint, options=options)
+    how = released.released(authors, options=options) if authors else released.local(checkpoint, options=options)
     dev = pick_device(device)
     model, _ = load_trained(how.model, dev)
     fwd = forward_fn(model, dev, cuda_graphs=cuda_graphs, bf16=bf16)
@@ -127,9 +127,9 @@ def network_channels(network: SlideNetwork, info: SlideInfo, channel: str | None
     if network.channels == info.channels and not rgb and channel is None:
         return tuple(range(info.channels))
     fix = (
-        "use a 3DHistech network (--official DGNO_3DHistech_Cell) for brightfield RGB slides"
+        "use a 3DHistech network (--authors DGNO_3DHistech_Cell) for brightfield RGB slides"
         if rgb
-        else "use a one-channel network (--official DGNO_BBBC006_w1_Cell) with --channel for fluorescence slides"
+        else "use a one-channel network (--authors DGNO_BBBC006_w1_Cell) with --channel for fluorescence slides"
     )
     raise InputError(f"{info.path}: a {kind}, but {network.name} restores {network.channels}-channel images. Fix: {fix}")
 

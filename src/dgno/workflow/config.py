@@ -94,6 +94,7 @@ def validate_config(config: dict, schema: dict | None = None) -> dict:
     schema = schema or load_schema()
     cfg = copy.deepcopy(dict(config))
     _rename_sources(cfg)
+    _rename_keys(cfg)
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), _key(e.absolute_path)))
     if errors:
@@ -120,9 +121,59 @@ def _rename_sources(cfg: dict) -> None:
                 f"config key datasets.{name}.source: {ds['source']!r} is deprecated, read as {replacement!r} (the same generated images). "
                 f"Fix: write source: {replacement}",
                 FutureWarning,
-                stacklevel=3,
+                stacklevel=2,  # validate_config's line (see _rename)
             )
             ds["source"] = replacement
+
+
+# Config keys under a deprecated name, read as their replacement (dotted paths; "*" stands for any name).
+RENAMED_KEYS = {
+    "reproduction": "authors",
+    "downloads.official_url": "downloads.authors_checkpoints_url",
+    "downloads.official_options": "downloads.authors_options",
+    "downloads.official_sha256": "downloads.authors_checkpoints_sha256",
+    "methods.*.official": "methods.*.authors_checkpoints",
+}
+
+
+def _renamed_path(path: str) -> str | None:
+    """A dotted path with a deprecated key in it (e.g. a ``protocol`` entry), spelled with the replacement; None if none."""
+    parts = path.split(".")
+    for old, new in RENAMED_KEYS.items():
+        pattern = old.split(".")
+        if len(parts) >= len(pattern) and all(p in ("*", q) for p, q in zip(pattern, parts)):
+            return ".".join([q if p == "*" else r for p, q, r in zip(pattern, parts, new.split("."))] + parts[len(pattern) :])
+    return None
+
+
+def _rename(parent: dict, path: list[str], old: str, new: str) -> None:
+    """Read ``parent[old]`` as ``parent[new]`` in place (same position), saying so once."""
+    where, instead = ".".join(path + [old]), ".".join(path + [new])
+    if new in parent:
+        raise ConfigError(f"config key {where}: deprecated name of {instead}, and both are given. Fix: keep only {instead}")
+    # Attributed to validate_config's line, not to its caller: Python drops a warning attributed to a
+    # Snakefile's code (its globals' __name__ is None), so Snakemake would never show it.
+    warnings.warn(f"config key {where}: deprecated, read as {instead}. Fix: rename it to {instead}", FutureWarning, stacklevel=3)
+    items = [(new if k == old else k, v) for k, v in parent.items()]
+    parent.clear()
+    parent.update(items)
+
+
+def _rename_keys(cfg: dict) -> None:
+    """Config keys under their deprecated names (:data:`RENAMED_KEYS`), and ``protocol`` paths naming them, renamed in place."""
+    for old in RENAMED_KEYS:
+        *above, key = old.split(".")
+        new = RENAMED_KEYS[old].rsplit(".", 1)[-1]
+        parents = [([], cfg)]
+        for part in above:
+            parents = [(path + [k], v) for path, node in parents for k, v in node.items() if part in ("*", k) and isinstance(v, dict)]
+        for path, parent in parents:
+            if key in parent:
+                _rename(parent, path, key, new)
+    protocol = cfg.get("protocol")
+    for path in list(protocol) if isinstance(protocol, dict) else []:
+        if _renamed_path(path):
+            _rename(protocol, ["protocol"], path, _renamed_path(path))
 
 
 def ablation_method(variant: str, params: dict[str, Any]) -> str:
@@ -181,7 +232,7 @@ def _check_references(cfg: dict) -> None:
         if config_value(cfg, path) is _MISSING:
             raise ConfigError(f"config key protocol.{path}: names no setting of this config. Fix: use the dotted path of a key, e.g. train.grad_clip")
     _check_experiment_settings(cfg)
-    _check_reproduction(cfg)
+    _check_authors(cfg)
     for exp, spec in cfg["experiments"].items():
         _check_experiment_names(cfg, exp, spec)
     if "robustness" in cfg["experiments"]:
@@ -201,9 +252,9 @@ def _check_methods(cfg: dict) -> None:
     for name, spec in methods.items():
         if spec["model"] not in list_models():
             raise ConfigError(f"config key methods.{name}.model: {spec['model']!r} is not a registered model; allowed values: {', '.join(list_models())}")
-        for ds in spec.get("official", {}):
+        for ds in spec.get("authors_checkpoints", {}):
             if ds not in datasets:
-                raise ConfigError(f"config key methods.{name}.official.{ds}: not a dataset of this config; defined datasets: {', '.join(datasets)}")
+                raise ConfigError(f"config key methods.{name}.authors_checkpoints.{ds}: not a dataset of this config; defined datasets: {', '.join(datasets)}")
 
 
 def _check_dataset(cfg: dict, name: str, ds: dict) -> None:
@@ -256,15 +307,15 @@ def _check_bbbc006_keys(datasets: dict) -> None:
                 raise ConfigError(f"config key datasets.{name}.{key}: only for source 'bbbc006' (this dataset's source is {ds['source']!r}). Fix: remove it")
 
 
-def _check_reproduction(cfg: dict) -> None:
-    """The reproduction's methods exist and carry the authors' checkpoints (methods.<name>.official)."""
-    for m in cfg.get("reproduction", {}).get("methods", []):
+def _check_authors(cfg: dict) -> None:
+    """The methods of ``authors.methods`` exist and carry the authors' checkpoints (methods.<name>.authors_checkpoints)."""
+    for m in cfg.get("authors", {}).get("methods", []):
         if m not in cfg["methods"]:
-            raise ConfigError(f"config key reproduction.methods: method {m!r} is not defined; defined methods: {', '.join(cfg['methods'])}")
-        if "official" not in cfg["methods"][m]:
-            with_weights = [k for k, v in cfg["methods"].items() if "official" in v]
+            raise ConfigError(f"config key authors.methods: method {m!r} is not defined; defined methods: {', '.join(cfg['methods'])}")
+        if "authors_checkpoints" not in cfg["methods"][m]:
+            with_weights = [k for k, v in cfg["methods"].items() if "authors_checkpoints" in v]
             raise ConfigError(
-                f"config key reproduction.methods: {m!r} has no authors' weights (methods.{m}.official); "
+                f"config key authors.methods: {m!r} has no authors' weights (methods.{m}.authors_checkpoints); "
                 f"allowed values: {', '.join(with_weights) or 'none defined'}"
             )
 
@@ -305,13 +356,13 @@ def _check_experiment_names(cfg: dict, exp: str, spec: dict) -> None:
     for m in spec["methods"]:
         if m not in methods:
             raise ConfigError(f"config key experiments.{exp}.methods: method {m!r} is not defined; defined methods: {', '.join(methods)}")
-        official = methods[m].get("official")
-        for ds in spec.get("datasets", [spec.get("dataset")]) if official else []:
+        released = methods[m].get("authors_checkpoints")
+        for ds in spec.get("datasets", [spec.get("dataset")]) if released else []:
             source = datasets[ds].get("trained_on", ds)
-            if source not in official:
+            if source not in released:
                 raise ConfigError(
                     f"config key experiments.{exp}.methods: {m!r} has no authors' checkpoint for dataset {source!r} "
-                    f"(methods.{m}.official names {', '.join(official)}). Fix: add one or drop the method from this experiment"
+                    f"(methods.{m}.authors_checkpoints names {', '.join(released)}). Fix: add one or drop the method from this experiment"
                 )
 
 

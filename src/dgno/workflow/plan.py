@@ -24,7 +24,7 @@ from dgno.experiments import catalogue
 from dgno.experiments.catalogue import experiment_datasets, table_levels
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import resolved_spec
-from dgno.workflow import reproduction
+from dgno.workflow import authors
 from dgno.workflow.config import PAIRED_SOURCES
 from dgno.workflow.replicates import eval_dir, method_dir, replicate_summaries, seeds_of
 from dgno.workflow.settings import DECONV_LABELS, canonical, method_labels, method_settings
@@ -145,7 +145,7 @@ def training_of(config: Config, dataset: str, method: str) -> str:
         return method
     mine = _network(config, dataset, method)
     for other, spec in config["methods"].items():
-        if other in grid or "official" in spec:
+        if other in grid or "authors_checkpoints" in spec:
             continue
         if spec["model"] == mine[0] and _network(config, dataset, other) == mine:
             return other
@@ -156,16 +156,16 @@ def trained_model(
     config: Config, dataset: str, method: str, trainings: Callable[[str, str], str] | None = None, replicate: int = 0
 ) -> str:
     """Checkpoint that evaluates `dataset`: its own, or that of its `trained_on` dataset (RealDOF ← DPDD);
-    for a method with `official` weights, the authors' checkpoint imported for that dataset; for an
+    for a method with `authors_checkpoints`, the authors' checkpoint imported for that dataset; for an
     ablation grid point equal to a configured method, that method's training (:func:`training_of`,
     or ``trainings(dataset, method)``: the same function of this config, e.g. cached). ``replicate``
     r >= 1: the training with seed + r (``dgno.workflow.replicates``).
     """
     source = config["datasets"][dataset].get("trained_on", dataset)
-    if "official" in config["methods"][method]:
+    if "authors_checkpoints" in config["methods"][method]:
         if replicate:
             raise ValueError(f"method {method} uses the authors' weights: it has no seed replicate {replicate}")
-        return f"results/official/{source}/{method}/model.pt"
+        return f"results/authors/{source}/{method}/model.pt"
     trained = trainings(source, method) if trainings else training_of(config, source, method)
     return f"results/train/{source}/{method_dir(trained, replicate)}/model.pt"
 
@@ -184,22 +184,22 @@ def evaluated_checkpoint(
     return model
 
 
-def official_checkpoint(config: Config, dataset: str, method: str) -> str:
-    """The authors' checkpoint file that an `official` method uses on a dataset (named as released)."""
-    released = config["methods"][method]["official"]
+def authors_checkpoint_file(config: Config, dataset: str, method: str) -> str:
+    """The authors' checkpoint file that a method with `authors_checkpoints` uses on a dataset (named as released)."""
+    released = config["methods"][method]["authors_checkpoints"]
     name = released.get(dataset)
     if name is None:
         raise ValueError(
             f"method {method} has no authors' checkpoint for dataset {dataset}; it has: {', '.join(released)}. "
-            f"Fix: add it under methods.{method}.official"
+            f"Fix: add it under methods.{method}.authors_checkpoints"
         )
-    return f"{config['downloads']['raw_dir']}/official/{name}.pth"
+    return f"{config['downloads']['raw_dir']}/authors/{name}.pth"
 
 
-def official_options(config: Config, dataset: str, method: str) -> str:
-    """Option file (or packaged network name) of the checkpoint that :func:`official_checkpoint` names."""
-    name = Path(official_checkpoint(config, dataset, method)).stem
-    folder = config["downloads"]["official_options"]
+def authors_options(config: Config, dataset: str, method: str) -> str:
+    """Option file (or packaged network name) of the checkpoint that :func:`authors_checkpoint_file` names."""
+    name = Path(authors_checkpoint_file(config, dataset, method)).stem
+    folder = config["downloads"]["authors_options"]
     return str(Path(folder) / f"{name}.yml") if folder else name
 
 
@@ -288,7 +288,7 @@ def restored_readers(config: Config) -> frozenset[tuple[str, str, str]]:
     if "stardist" in config["experiments"]:
         spec = config["experiments"]["stardist"]
         need |= {(spec["dataset"], m, spec["level"]) for m in spec["methods"]}
-    return frozenset(need | reproduction.restored_needed(config))
+    return frozenset(need | authors.restored_needed(config))
 
 
 def edge_band_reads(config: Config, dataset: str, method: str, level: str) -> bool:
@@ -328,7 +328,7 @@ def training_curves(config: Config, dataset: str) -> list[str]:
     return [
         f"results/train/{dataset}/{method_dir(m, r)}/train_metrics.csv"
         for m in experiment_methods(config, dataset)
-        if "official" not in config["methods"][m]
+        if "authors_checkpoints" not in config["methods"][m]
         for r in seeds_of(config, dataset, m)
     ]
 
@@ -395,7 +395,7 @@ def rank_methods(config: Config, dataset: str) -> list[str]:
     return [
         m
         for m in config["experiments"]["operators"]["methods"]
-        if config["methods"][m]["model"] in RANK_MODELS and "official" not in config["methods"][m]
+        if config["methods"][m]["model"] in RANK_MODELS and "authors_checkpoints" not in config["methods"][m]
     ]
 
 

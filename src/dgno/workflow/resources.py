@@ -61,8 +61,8 @@ PAPER: dict[str, Request] = {
     # training and evaluation; 8 threads feed the GPU (crop extraction, augmentation)
     "train": Request(8, 32000, 1440, gpu=True),
     "train_replicate": Request(8, 32000, 1440, gpu=True),  # a seed replicate of a training (the same job)
-    "official_checkpoint": DOWNLOAD,
-    "import_official": Request(1, 4000, 30),
+    "authors_checkpoint": DOWNLOAD,
+    "import_authors": Request(1, 4000, 30),
     "evaluate": Request(4, 16000, 240, gpu=True),
     "evaluate_replicate": Request(4, 16000, 240, gpu=True),
     "evaluate_input": Request(2, 8000, 120),
@@ -91,7 +91,7 @@ PAPER: dict[str, Request] = {
     "figure_nonblind_sensitivity": FIGURE,
     "model_summary": Request(1, 8000, 120),  # builds every network once to count parameters/FLOPs
     "report": FIGURE,
-    "reproduction_table": TABLE,
+    "authors_table": TABLE,
     "report_authors": TABLE,
 }
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from dgno.experiments import catalogue
-from dgno.workflow import reproduction
+from dgno.workflow import authors
 from dgno.workflow.plan import (
     Config,
     experiment_dataset_set,
@@ -51,8 +51,8 @@ def report_inputs(config: Config) -> list[str]:
         files += experiment_targets(config, entry.name)
     for ds in experiment_dataset_set(config):
         files += _dataset_targets(config, ds)
-    if reproduction.methods(config):
-        files.append(reproduction.TABLE)
+    if authors.methods(config):
+        files.append(authors.TABLE)
     return list(dict.fromkeys(files))
 
 

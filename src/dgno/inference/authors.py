@@ -1,11 +1,13 @@
-"""The authors' released checkpoints on a user's own images (``dgno deblur --official NAME``).
+"""The authors' released checkpoints on a user's own images (``dgno deblur --authors NAME``).
 
 A released checkpoint (Hugging Face ``Duane245/DGNO``, ``pretrained/<NAME>.pth``) is downloaded once
-into a cache folder, imported once into a project ``model.pt`` (:func:`dgno.checkpoint.import_official`)
+into a cache folder, imported once into a project ``model.pt`` (:func:`dgno.checkpoint.import_authors`)
 and then restored with, by default, the authors' tile protocol: 512-px tiles, 32 px overlap, linear
-cross-fade. The cache is ``$DGNO_CACHE/official`` (default ``$XDG_CACHE_HOME/dgno/official``, else
-``~/.cache/dgno/official``); ``$DGNO_OFFICIAL_URL`` replaces the release's base URL (a mirror, a
-loopback server in the tests).
+cross-fade. The cache is ``$DGNO_CACHE/authors`` (default ``$XDG_CACHE_HOME/dgno/authors``, else
+``~/.cache/dgno/authors``); ``$DGNO_AUTHORS_URL`` replaces the release's base URL (a mirror, a
+loopback server in the tests). The variable's deprecated name (:data:`DEPRECATED_URL_ENV`) and
+checkpoints in the cache folder's deprecated name (:func:`dgno.models.authors.adopt_deprecated_copy`)
+are still read, each with a ``FutureWarning``.
 
 ``dgno deblur --checkpoint FILE`` takes either a project ``model.pt`` or an authors' ``.pth``; which
 one is read from the file (:func:`checkpoint_kind`). An authors' file is imported into the same
@@ -22,18 +24,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from dgno.checkpoint import import_official, released_normalisation
+from dgno.checkpoint import import_authors, released_normalisation
 from dgno.data.download import sha256_file
 from dgno.io import InputError
-from dgno.models.official import fetch_official, read_network_options, released_networks
+from dgno.models.authors import adopt_deprecated_copy, fetch_authors_checkpoint, read_network_options, released_networks
 
 RELEASE_URL = "https://huggingface.co/Duane245/DGNO/resolve/main/pretrained/"
-CACHE_ENV, URL_ENV = "DGNO_CACHE", "DGNO_OFFICIAL_URL"
+CACHE_ENV, URL_ENV = "DGNO_CACHE", "DGNO_AUTHORS_URL"
+DEPRECATED_URL_ENV = "DGNO_OFFICIAL_URL"  # read when URL_ENV is not set
 AUTHORS_TILES = {"tile": 512, "overlap": 32, "blend": "crossfade"}  # their BBBC006 test network's tiling
 
 
@@ -54,14 +58,24 @@ class Restoration:
 def cache_dir() -> Path:
     """Where released checkpoints and their imports are kept (module docstring)."""
     root = os.environ.get(CACHE_ENV) or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dgno"
-    return Path(root) / "official"
+    return Path(root) / "authors"
+
+
+def release_url() -> str:
+    """The released checkpoints' base URL: ``$DGNO_AUTHORS_URL``, its deprecated name, else the release's."""
+    if os.environ.get(URL_ENV):
+        return os.environ[URL_ENV]
+    if os.environ.get(DEPRECATED_URL_ENV):
+        warnings.warn(f"${DEPRECATED_URL_ENV} is deprecated, read as ${URL_ENV}. Fix: set {URL_ENV} instead", FutureWarning, stacklevel=2)
+        return os.environ[DEPRECATED_URL_ENV]
+    return RELEASE_URL
 
 
 def checkpoint_kind(path: str | Path) -> str:
     """"dgno" for a project model.pt (model spec + state dict), "authors" for a BasicSR .pth (``params``)."""
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"{path}: checkpoint does not exist. Fix: check the path, or use --official NAME to download a released one")
+        raise InputError(f"{path}: checkpoint does not exist. Fix: check the path, or use --authors NAME to download a released one")
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - unpickling errors have many types
@@ -73,7 +87,7 @@ def checkpoint_kind(path: str | Path) -> str:
     keys = sorted(blob)[:5] if isinstance(blob, dict) else type(blob).__name__
     raise InputError(
         f"{path}: not a dgno model file (no model spec inside) nor an authors' DGNO checkpoint (no 'params'); found {keys}. "
-        "Fix: pass a model.pt written by dgno train / import-official, or a .pth of the authors"
+        "Fix: pass a model.pt written by dgno train / import-authors, or a .pth of the authors"
     )
 
 
@@ -84,7 +98,7 @@ def _imported(pth: Path, options: str | Path, name: str, cache: Path) -> Path:
     out = cache / f"{name}.{key}.pt"
     if not out.exists():
         print(f"importing {pth} ({name}) → {out}")
-        import_official(pth, options, out)
+        import_authors(pth, options, out)
     return out
 
 
@@ -99,14 +113,14 @@ def released(name: str, *, options: str | Path | None = None, cache: str | Path 
     """A released checkpoint by name: downloaded once into the cache, imported once, restored as the authors do."""
     known = released_networks()
     if name not in known and options is None:
-        raise InputError(f"--official {name}: not a released checkpoint; released: {', '.join(known)}. Fix: use one of those names, or --checkpoint FILE.pth --options FILE.yml")
+        raise InputError(f"--authors {name}: not a released checkpoint; released: {', '.join(known)}. Fix: use one of those names, or --checkpoint FILE.pth --options FILE.yml")
     cache = Path(cache) if cache is not None else cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     pth = cache / f"{name}.pth"
-    if not pth.exists():
-        base = url or os.environ.get(URL_ENV) or RELEASE_URL
+    if not pth.exists() and not adopt_deprecated_copy(pth):
+        base = url or release_url()
         print(f"downloading {name} once into {cache} (set {CACHE_ENV} to keep it elsewhere)")
-        fetch_official(base.rstrip("/") + f"/{name}.pth", pth, retries=retries)
+        fetch_authors_checkpoint(base.rstrip("/") + f"/{name}.pth", pth, retries=retries)
     return _restoration(_imported(pth, options or name, name, cache), name, options or name)
 
 

@@ -1,4 +1,4 @@
-"""The reproduction table: which paper numbers the released weights cover, the verdicts, Gumbel columns, test sets."""
+"""The authors' table: which paper numbers the released weights cover, the verdicts, Gumbel columns, test sets."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from dgno.report import reproduction as rep
-from dgno.workflow import reproduction
+from dgno.report import authors as rep
+from dgno.workflow import authors
 from dgno.workflow.config import validate_config
 
 
 @pytest.fixture(scope="module")
 def settings() -> dict:
-    return reproduction.settings(validate_config(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())))
+    return authors.settings(validate_config(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())))
 
 
 def _find(cells, **kw):
@@ -128,8 +128,8 @@ def _section(settings: dict, results: Path):
         for m in settings["methods"]:
             for lvl in settings["datasets"][ds]["test_levels"]:
                 _summary(results / "eval" / ds / m / lvl / "summary.json", 37.0)
-    rep.write_table(settings, results, results / "tables" / "reproduction.csv")
-    return rep.reproduction_section({}, results)
+    rep.write_table(settings, results, results / "tables" / "authors.csv")
+    return rep.authors_section({}, results)
 
 
 def test_the_section_says_how_the_data_were_read(settings, tmp_path):
@@ -155,7 +155,7 @@ def test_per_plane_numbers_are_marked_when_the_planes_are_unverified(settings, t
     assert reading["plane rule"].startswith("asked: auto; files decided by: sharpness 36 (100%)")
     assert reading["blur-order check"].startswith("not independent:") and "assigned by sharpness; the order check is then not independent" in reading["blur-order check"]
     assert reading["Broad listing (z02/z06/z10)"].startswith("unavailable: z02: unavailable (")
-    frame = pd.read_csv(tmp_path / "results" / "tables" / "reproduction.csv", keep_default_na=False)
+    frame = pd.read_csv(tmp_path / "results" / "tables" / "authors.csv", keep_default_na=False)
     marked = frame[frame["caveat"] != ""]
     assert set(marked["dataset"]) == {"bbbc006_w1"} and set(marked["levels"]) == {"z06"}  # StarDist at z06: one plane
     assert (frame[(frame["table"] == "main") & (frame["dataset"] == "bbbc006_w1")]["caveat"] == "").all()  # pooled: not marked

@@ -1,7 +1,7 @@
-"""`dgno deblur --official NAME` / `--checkpoint FILE.pth`: the authors' released weights on users' own images.
+"""`dgno deblur --authors NAME` / `--checkpoint FILE.pth`: the authors' released weights on users' own images.
 
-The released checkpoint (at toy size, rebuilt from tests/fixtures/official) is served on 127.0.0.1
-(``DGNO_OFFICIAL_URL``); the cache is a temporary folder (``DGNO_CACHE``).
+The released checkpoint (at toy size, rebuilt from tests/fixtures/authors) is served on 127.0.0.1
+(``DGNO_AUTHORS_URL``); the cache is a temporary folder (``DGNO_CACHE``).
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import tifffile
 import torch
+from fixtures_authors import toy_release
 from fixtures_http import serve
-from fixtures_official import toy_release
 
 from dgno.checkpoint import load_trained
 from dgno.cli import main
-from dgno.inference import official
+from dgno.inference import authors
 from dgno.inference.deblur import deblur_files
 from dgno.inference.evaluate import model_restorer
 
@@ -34,8 +34,8 @@ def release(tmp_path_factory):
 def env(tmp_path, monkeypatch, release):
     srv, _, _ = release
     srv.reset()
-    monkeypatch.setenv(official.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setenv(official.URL_ENV, srv.base_url)
+    monkeypatch.setenv(authors.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(authors.URL_ENV, srv.base_url)
     return srv
 
 
@@ -45,14 +45,14 @@ def _frame(path, seed=0, shape=(60, 70)):
     return img
 
 
-def test_official_downloads_once_imports_once_and_restores(env, release, tmp_path, capsys):
+def test_authors_downloads_once_imports_once_and_restores(env, release, tmp_path, capsys):
     _, _, options = release
     src = tmp_path / "in" / "cells.tif"
     src.parent.mkdir()
     before = _frame(src)
-    args = ["deblur", str(src), "--official", NAME, "--options", str(options / f"{NAME}.yml"), "--output", str(tmp_path / "out"), "--device", "cpu"]
+    args = ["deblur", str(src), "--authors", NAME, "--options", str(options / f"{NAME}.yml"), "--output", str(tmp_path / "out"), "--device", "cpu"]
     assert main(args) == 0
-    cache = tmp_path / "cache" / "official"
+    cache = tmp_path / "cache" / "authors"
     imported = list(cache.glob(f"{NAME}.*.pt"))
     assert (cache / f"{NAME}.pth").exists() and len(imported) == 1 and len(env.served(f"{NAME}.pth")) == 1
     stamp = imported[0].stat().st_mtime_ns
@@ -77,7 +77,7 @@ def test_rgb_into_a_w1_model_is_refused_naming_image_model_and_fix(env, release,
     tifffile.imwrite(rgb, (np.random.default_rng(3).random((40, 50, 3)) * 255).astype(np.uint8))
     gray = tmp_path / "gray.tif"
     _frame(gray, shape=(40, 50))
-    code = main(["deblur", str(rgb), str(gray), "--official", NAME, "--options", str(options / f"{NAME}.yml"), "--output", str(tmp_path / "out"), "--device", "cpu"])
+    code = main(["deblur", str(rgb), str(gray), "--authors", NAME, "--options", str(options / f"{NAME}.yml"), "--output", str(tmp_path / "out"), "--device", "cpu"])
     err = capsys.readouterr().err
     assert code == 1 and "1 of 2 file(s) failed" in err
     assert f"{rgb}: a RGB image (3 channel(s)), but model {NAME} restores 1-channel images" in err and "DGNO_3DHistech" in err
@@ -87,10 +87,10 @@ def test_rgb_into_a_w1_model_is_refused_naming_image_model_and_fix(env, release,
 def test_checkpoint_takes_a_local_authors_file_or_a_model_pt(env, release, tmp_path):
     _, folder, options = release
     pth = folder / f"{NAME}.pth"
-    assert official.checkpoint_kind(pth) == "authors"
-    how = official.local(pth, options=options / f"{NAME}.yml")
+    assert authors.checkpoint_kind(pth) == "authors"
+    how = authors.local(pth, options=options / f"{NAME}.yml")
     assert how.strict_channels and how.normalise == "minmax" and how.blend == "crossfade" and how.overlap == 32
-    assert official.checkpoint_kind(how.model) == "dgno" and official.local(how.model).model == how.model  # a model.pt as it is
+    assert authors.checkpoint_kind(how.model) == "dgno" and authors.local(how.model).model == how.model  # a model.pt as it is
     assert not env.served(f"{NAME}.pth")  # nothing downloaded for a local file
     src = tmp_path / "a.tif"
     _frame(src)
@@ -98,11 +98,11 @@ def test_checkpoint_takes_a_local_authors_file_or_a_model_pt(env, release, tmp_p
     renamed = tmp_path / "mine.pth"
     renamed.write_bytes(pth.read_bytes())
     with pytest.raises(Exception, match="Fix: pass --options"):
-        official.local(renamed)
+        authors.local(renamed)
 
 
 def test_an_unknown_release_name_lists_the_released_ones(env, tmp_path, capsys):
-    assert main(["deblur", str(tmp_path / "x.tif"), "--official", "DGNO_BBBC006_w3_Cell", "--output", str(tmp_path / "o")]) == 2
+    assert main(["deblur", str(tmp_path / "x.tif"), "--authors", "DGNO_BBBC006_w3_Cell", "--output", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "not a released checkpoint" in err and "DGNO_BBBC006_w1_Face" in err
 
@@ -116,7 +116,7 @@ def test_project_checkpoints_keep_their_per_channel_rgb_restoration(tmp_path):
     data = write_tiny_dataset(tmp_path / "data")
     cfg = TrainConfig.from_dict(dict(iterations=1, batch_size=1, patch_size=32, val_every=10, log_every=1, checkpoint_every=10, device="cpu"))
     ckpt = train(data, tmp_path / "run", model_choice=ModelChoice(name="lg", scale="smoke"), levels=["a"], cfg=cfg, progress=False)
-    how = official.local(ckpt)
+    how = authors.local(ckpt)
     assert not how.strict_channels and how.normalise is None and how.blend == "ramp"  # None: as model.pt records
     assert torch.load(ckpt, weights_only=True)["normalise"] == "dtype"  # the tiny dataset has no manifest
     rgb = tmp_path / "rgb.tif"
@@ -125,6 +125,6 @@ def test_project_checkpoints_keep_their_per_channel_rgb_restoration(tmp_path):
 
 
 def test_options_are_checked_before_any_download(env, tmp_path, capsys):
-    args = ["deblur", str(tmp_path / "x.tif"), "--official", NAME, "--output", str(tmp_path / "o"), "--device", "cpu"]
+    args = ["deblur", str(tmp_path / "x.tif"), "--authors", NAME, "--output", str(tmp_path / "o"), "--device", "cpu"]
     assert main([*args, "--tile", "0"]) == 2
     assert "--tile 0" in capsys.readouterr().err and not env.served(f"{NAME}.pth")

@@ -1,6 +1,6 @@
 """The authors' DGNO, exactly: their checkpoints import strictly and reproduce their network's outputs.
 
-Reference fixtures (``tests/fixtures/official``, made with the authors' public code; provenance in its
+Reference fixtures (``tests/fixtures/authors``, made with the authors' public code; provenance in its
 README): per case a recipe that regenerates an authors'-format checkpoint bit-exactly, two inputs and the
 authors' outputs at all three scales in float64; plus the key/shape manifest of the six released
 configurations.
@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import tifffile
 import torch
-from fixtures_official import OFFICIAL
+from fixtures_authors import AUTHORS_FIXTURES
 
-from dgno.checkpoint import import_official, load_trained
+from dgno.checkpoint import import_authors, load_trained
 from dgno.cli import main as dgno_main
 from dgno.io import InputError
-from dgno.models.official import convert_state_dict, face_indices, model_from_options, regenerate_state_dict
+from dgno.models.authors import convert_state_dict, face_indices, model_from_options, regenerate_state_dict
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import build_model
 
@@ -36,14 +36,14 @@ def _sha256(state: dict[str, torch.Tensor]) -> str:
 
 @pytest.fixture(scope="module", params=CASES)
 def imported(request, tmp_path_factory):
-    """(case folder, imported model.pt) for each fixture case, through the ``dgno import-official`` CLI."""
-    case = OFFICIAL / request.param
+    """(case folder, imported model.pt) for each fixture case, through the ``dgno import-authors`` CLI."""
+    case = AUTHORS_FIXTURES / request.param
     options = json.loads((case / "options.json").read_text())
     state = regenerate_state_dict(json.loads((case / "weights.json").read_text()))
     assert _sha256(state) == options["recipe"]["state_dict_sha256"]  # the recipe was followed bit-exactly
     work = tmp_path_factory.mktemp(request.param)
-    torch.save({"params": state}, work / "official.pth")
-    argv = ["import-official", str(work / "official.pth"), "--options", str(case / "options.json"), "--out", str(work / "model.pt")]
+    torch.save({"params": state}, work / "authors.pth")
+    argv = ["import-authors", str(work / "authors.pth"), "--options", str(case / "options.json"), "--out", str(work / "model.pt")]
     assert dgno_main(argv) == 0
     return case, work / "model.pt"
 
@@ -53,7 +53,7 @@ def test_imported_network_reproduces_the_authors_outputs_in_float64(imported):
     model, blob = load_trained(model_pt)
     model = model.double()
     expected = np.load(case / "expected.npz")
-    assert blob["official"]["weights"] == "params"
+    assert blob["authors"]["weights"] == "params"
     for name, suffix in (("input.npy", ""), ("input_96x128.npy", "_96x128")):
         x = torch.from_numpy(np.load(case / name)).double()
         with torch.no_grad():
@@ -82,7 +82,7 @@ def test_imported_model_through_dgno_deblur_in_float32(imported, tmp_path):
 
 
 def _manifest() -> dict:
-    return json.loads((OFFICIAL / "manifest_paper_scale.json").read_text())["configs"]
+    return json.loads((AUTHORS_FIXTURES / "manifest_paper_scale.json").read_text())["configs"]
 
 
 def _manifest_state(entry: dict) -> dict[str, torch.Tensor]:
@@ -107,7 +107,7 @@ def test_every_released_configuration_imports(config, tmp_path):
     (tmp_path / "options.yml").write_text(json.dumps({"name": config, "network_g": network_g}))
     state = _manifest_state(entry)
     torch.save({"params": state, "params_ema": state}, tmp_path / "ckpt.pth")
-    out = import_official(tmp_path / "ckpt.pth", tmp_path / "options.yml", tmp_path / "model.pt", weights="params_ema")
+    out = import_authors(tmp_path / "ckpt.pth", tmp_path / "options.yml", tmp_path / "model.pt", weights="params_ema")
     model, blob = load_trained(out)
     assert sum(p.numel() for p in model.parameters()) == entry["total_parameters"]
     assert blob["spec"]["name"] == ("dgno-face" if network_g["variant"] == "face" else "dgno-cell")
@@ -156,11 +156,11 @@ def test_import_errors_name_file_and_fix(tmp_path):
     options.write_text("name: x\nnetwork_g:\n" + "".join(f"  {k}: {json.dumps(v)}\n" for k, v in {"type": "DGNO", **entry["constructor_kwargs"]}.items()))
     torch.save({"params_ema": _manifest_state(entry)}, tmp_path / "ema_only.pth")
     with pytest.raises(InputError, match=r"ema_only\.pth: no 'params' state dict inside .*params_ema"):
-        import_official(tmp_path / "ema_only.pth", options, tmp_path / "m.pt")
+        import_authors(tmp_path / "ema_only.pth", options, tmp_path / "m.pt")
     bad = tmp_path / "bad.yml"
     bad.write_text(options.read_text().replace("ffn_expansion_factor: 2.66", "ffn_expansion_factor: 3.0"))
     with pytest.raises(InputError, match=r"bad\.yml: network_g\.ffn_expansion_factor = 3\.0 is not supported"):
-        import_official(tmp_path / "ema_only.pth", bad, tmp_path / "m.pt", weights="params_ema")
+        import_authors(tmp_path / "ema_only.pth", bad, tmp_path / "m.pt", weights="params_ema")
     # the command line reports it as one line with exit status 2, no traceback
-    assert dgno_main(["import-official", str(tmp_path / "ema_only.pth"), "--options", str(options), "--out", str(tmp_path / "m.pt")]) == 2
+    assert dgno_main(["import-authors", str(tmp_path / "ema_only.pth"), "--options", str(options), "--out", str(tmp_path / "m.pt")]) == 2
     assert not (tmp_path / "m.pt").exists()

@@ -1,6 +1,6 @@
 """What each of the authors' network conventions contributes: revert one at a time, compare with their outputs.
 
-For every reference fixture case (``tests/fixtures/official``: the authors' checkpoint format, inputs and
+For every reference fixture case (``tests/fixtures/authors``: the authors' checkpoint format, inputs and
 their network's float64 outputs) the imported model runs in float64 as it is (all conventions followed) and
 with one convention replaced by a plausible alternative (the paper's text, or the obvious reading of it),
 one at a time.  The maximum absolute difference from the authors' outputs over both inputs and all three
@@ -8,7 +8,7 @@ scales is written per case and variant.  The Face periodic wrap is not covered b
 periodic), so it is measured on a random DG layer instead: the authors' wrap against the alternative,
 relative difference.
 
-    python -m benchmarks.cpu.official_conventions benchmarks/results/official_conventions.json
+    python -m benchmarks.cpu.authors_conventions benchmarks/results/authors_conventions.json
 """
 
 from __future__ import annotations
@@ -25,16 +25,16 @@ import torch
 import torch.nn.functional as F
 
 from dgno import provenance
-from dgno.checkpoint import import_official, load_trained
+from dgno.checkpoint import import_authors, load_trained
 from dgno.layers import flux as flux_module
 from dgno.layers import mambair
 from dgno.layers.blocks import SCM
 from dgno.layers.operator import DGOperatorLayer, HeadLayerNorm, _GalerkinLayer
 from dgno.models import dgno as dgno_model
-from dgno.models.official import regenerate_state_dict
+from dgno.models.authors import regenerate_state_dict
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = Path("tests") / "fixtures" / "official"  # relative to the repository root
+FIXTURES = Path("tests") / "fixtures" / "authors"  # relative to the repository root
 
 CASES = ("w1_face", "w1_cell", "hist_face")
 
@@ -161,7 +161,7 @@ def main() -> None:
         for name in CASES:
             case = ROOT / FIXTURES / name
             torch.save({"params": regenerate_state_dict(json.loads((case / "weights.json").read_text()))}, Path(tmp) / f"{name}.pth")
-            model_pt = import_official(Path(tmp) / f"{name}.pth", case / "options.json", Path(tmp) / f"{name}.pt")
+            model_pt = import_authors(Path(tmp) / f"{name}.pth", case / "options.json", Path(tmp) / f"{name}.pt")
             model = load_trained(model_pt)[0].double()
             for variant, patches in VARIANTS.items():
                 with contextlib.ExitStack() as stack:

@@ -1,4 +1,4 @@
-"""Report section "Reproduction from the released weights": every paper number the authors' weights cover.
+"""Report section "Reproduction from the authors' released weights": every paper number the authors' weights cover.
 
 Why: the cheapest reproduction of the paper is the authors' released checkpoints scored on the
 authors' own test images (target ``authors``). This module lists each number of the paper that
@@ -8,9 +8,9 @@ value beside it, and gives a verdict against the configured tolerance. Paper num
 ``paper_values.yaml`` only. With Gumbel repeats, their mean and sd stand beside the argmax value,
 so a reader sees how much of a gap is the authors' inference noise.
 
-:func:`write_table` (rule ``reproduction_table``) writes ``results/tables/reproduction.csv`` and a
+:func:`write_table` (rule ``authors_table``) writes ``results/tables/authors.csv`` and a
 JSON beside it (the jobs' time from their benchmark files, labelled by the device their results
-record: "GPU time (NVIDIA ...)" or "CPU time"); :func:`reproduction_section` renders both, with how
+record: "GPU time (NVIDIA ...)" or "CPU time"); :func:`authors_section` renders both, with how
 the data were read from each dataset's manifest (pairing, hidden files skipped, plane rule and the
 files each rule decided, the blur-order check, the Broad listing and mapping). A per-plane number of a
 dataset whose planes are unverified is marked. Torch-free: it runs in the report environment.
@@ -38,6 +38,7 @@ COLUMNS = [
     "gumbel_mean", "gumbel_sd", "gumbel_n", "n_images", "test_set", "verdict", "caveat",
 ]  # fmt: skip
 ARCHIVE_LEVELS = ("z02", "z06", "z10")  # the planes of the authors' archive, whose files' planes the preparation decides
+TITLE = "Reproduction from the authors' released weights"  # the report section's, and the Snakemake report's category
 
 
 # --------------------------------------------------------------------------------- which numbers
@@ -114,7 +115,7 @@ def _pooled(paths: list[Path], metric: str) -> tuple[float | None, int]:
 def _measure(cell: dict, results: Path, repeats: int) -> dict:
     """The measured value of one cell (argmax evaluation), its Gumbel repeats' mean and sd, and the image count."""
     if cell["table"] == "stardist":
-        csv = results / "reproduction" / f"stardist_{cell['dataset']}.csv"
+        csv = results / "authors" / f"stardist_{cell['dataset']}.csv"
         frame = pd.read_csv(csv) if csv.exists() else pd.DataFrame()
         row = frame[frame["condition"] == cell["method"]] if len(frame) else frame
         if not len(row):
@@ -268,7 +269,7 @@ def time_label(devices: dict[str, int]) -> str:
 
 
 def write_table(settings: dict, results: str | Path, out_csv: str | Path) -> pd.DataFrame:
-    """Rule ``reproduction_table``: the CSV, and beside it a JSON with the jobs' time (and devices) and the settings."""
+    """Rule ``authors_table``: the CSV, and beside it a JSON with the jobs' time (and devices) and the settings."""
     frame = build_table(settings, results)
     write_csv(out_csv, frame)
     results_root = Path(results).resolve().parent
@@ -363,11 +364,11 @@ def data_reading(manifest: dict) -> list[list[str]]:
     return rows
 
 
-def reproduction_section(config: dict, results: str | Path) -> Section:
+def authors_section(config: dict, results: str | Path) -> Section:
     """The section: verdict table, tolerances, test images, GPU time, and "not run" datasets with their steps."""
     results = Path(results)
-    sec = Section(id="reproduction", title="Reproduction from the released weights", paper_source="Tables 1, 2, 3, 7, 8, 9, 12, 13 (the cells the released networks cover)")
-    csv = results / "tables" / "reproduction.csv"
+    sec = Section(id="authors", title=TITLE, paper_source="Tables 1, 2, 3, 7, 8, 9, 12, 13 (the cells the released networks cover)")
+    csv = results / "tables" / "authors.csv"
     if not csv.exists():
         sec.notes.append("Not run. Command: snakemake --profile slurm authors (or, on one GPU: snakemake --cores all --configfile config/paper.yaml authors).")
         return sec
@@ -379,7 +380,7 @@ def reproduction_section(config: dict, results: str | Path) -> Section:
     sec.verdicts.append(f"{ok} of {len(measured)} measured paper numbers reproduced within the tolerance; {len(frame) - len(measured)} not measured.")
     sec.notes.append(
         "Each number of the paper that the authors' released checkpoints cover, measured by this pipeline with those checkpoints (imported with "
-        "dgno import-official, nothing trained), beside the paper's value (src/dgno/report/paper_values.yaml). Tolerances (config reproduction.tolerances): "
+        "dgno import-authors, nothing trained), beside the paper's value (src/dgno/report/paper_values.yaml). Tolerances (config authors.tolerances): "
         + ", ".join(f"{k} {v:g}" for k, v in st.get("tolerances", {}).items()) + "."
     )
     sets = sorted(set(measured["test_set"]))

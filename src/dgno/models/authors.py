@@ -11,7 +11,7 @@ with three reshapes, checked strictly:
 * the Face variant's integer buffers ``face_idx_*`` (which boundary row/column forms each face)
   are not weights: they are checked against the indices this package uses, then dropped.
 
-:func:`dgno.checkpoint.import_official` builds the network, converts a checkpoint with
+:func:`dgno.checkpoint.import_authors` builds the network, converts a checkpoint with
 :func:`convert_state_dict` and writes an ordinary project checkpoint (``{"spec", "state_dict", ...}``)
 that ``dgno deblur``, ``dgno evaluate`` and ``dgno lam`` load with :func:`dgno.checkpoint.load_trained`.
 The conventions the network follows to compute the authors' function are listed in
@@ -20,7 +20,9 @@ The conventions the network follows to compute the authors' function are listed 
 
 from __future__ import annotations
 
+import os
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,7 @@ import yaml
 from torch import Tensor
 
 from dgno.data.download import DownloadError, download
-from dgno.io import InputError
+from dgno.io import InputError, atomic_path
 
 WEIGHT_KEYS = ("params", "params_ema")
 # Settings of the authors' constructor that this package reproduces, with the values it supports.
@@ -54,7 +56,10 @@ _KNOWN = set(_FIXED) | _UNUSED | {
 DG_HEADS = 16  # fixed in the authors' network at every decoder scale
 
 
-RELEASED = Path(__file__).with_name("official_networks.yaml")
+RELEASED = Path(__file__).with_name("authors_networks.yaml")
+# The deprecated name of the folder that keeps downloaded checkpoints (<raw_dir>/official, $DGNO_CACHE/official):
+# a checkpoint found there is used rather than downloaded again.
+DEPRECATED_FOLDER = "official"
 
 
 def released_networks() -> dict[str, dict[str, Any]]:
@@ -213,7 +218,7 @@ def face_indices(p: int) -> dict[str, Tensor]:
     return {"left": idx[:, 0], "right": idx[:, -1], "top": idx[0], "bottom": idx[-1]}
 
 
-def convert_state_dict(official: Mapping[str, Tensor], expected: Mapping[str, Tensor], *, element_size: int = 8) -> dict[str, Tensor]:
+def convert_state_dict(theirs: Mapping[str, Tensor], expected: Mapping[str, Tensor], *, element_size: int = 8) -> dict[str, Tensor]:
     """The authors' state dict renamed and reshaped to this package's keys, checked strictly.
 
     ``expected`` is the target network's own ``state_dict()`` (for the key set and shapes).
@@ -221,7 +226,7 @@ def convert_state_dict(official: Mapping[str, Tensor], expected: Mapping[str, Te
     """
     out: dict[str, Tensor] = {}
     faces = face_indices(element_size)
-    for key, value in official.items():
+    for key, value in theirs.items():
         face = _FACE_INDEX.match(key)
         if face:
             if not torch.equal(value.cpu().long(), faces[face["side"]]):
@@ -249,7 +254,7 @@ def convert_state_dict(official: Mapping[str, Tensor], expected: Mapping[str, Te
     return out
 
 
-def load_official_state(path: str | Path, *, weights: str = "params") -> dict[str, Tensor]:
+def load_authors_state(path: str | Path, *, weights: str = "params") -> dict[str, Tensor]:
     """The state dict under ``weights`` ("params" or "params_ema") of a BasicSR checkpoint.
 
     Loaded with ``weights_only=True``: a checkpoint is data, and unpickling arbitrary objects
@@ -273,7 +278,7 @@ def load_official_state(path: str | Path, *, weights: str = "params") -> dict[st
 def regenerate_state_dict(recipe: Mapping[str, Any]) -> dict[str, Tensor]:
     """The authors'-format state dict that a ``weights.json`` recipe describes, bit for bit.
 
-    The reference fixtures (``tests/fixtures/official``, format in their README) ship weights as a
+    The reference fixtures (``tests/fixtures/authors``, format in their README) ship weights as a
     recipe rather than as checkpoints: seeded normal draws for the large tensors, listed values for the
     rest. Rebuilding them here, in the order the recipe lists, gives the same bytes on every machine, so
     a checkpoint made from it is the one the authors' network ran on.
@@ -292,16 +297,39 @@ def regenerate_state_dict(recipe: Mapping[str, Any]) -> dict[str, Tensor]:
     return state
 
 
-def fetch_official(url: str, dest: str | Path, *, retries: int = 4, sha256: str | None = None) -> Path:
+def adopt_deprecated_copy(dest: str | Path) -> bool:
+    """Put the checkpoint kept under the folder's deprecated name (:data:`DEPRECATED_FOLDER`, beside
+    ``dest``'s folder) at ``dest``, hard-linked or else copied, saying so once; False when there is none.
+
+    Read rather than downloaded again: a released checkpoint is tens of megabytes, and a copy placed by
+    hand there may be the only one a machine without network access has.
+    """
+    dest = Path(dest)
+    old = dest.parent.parent / DEPRECATED_FOLDER / dest.name
+    if dest.exists() or not old.is_file():
+        return False
+    warnings.warn(f"{old.parent}: deprecated folder name; {old.name} read from it into {dest.parent}. Fix: move its files to {dest.parent} and delete it", FutureWarning, stacklevel=2)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(old, dest)
+    except OSError:  # another file system, or one without hard links
+        with atomic_path(dest) as tmp:
+            tmp.write_bytes(old.read_bytes())
+    return True
+
+
+def fetch_authors_checkpoint(url: str, dest: str | Path, *, retries: int = 4, sha256: str | None = None) -> Path:
     """Download one released checkpoint to ``dest`` (resumable, verified), or fail with instructions.
 
     The download is accepted only if it loads as a tensor checkpoint with a ``params`` state dict;
-    anything else (an HTML error page, a truncated file) is rejected and deleted.
+    anything else (an HTML error page, a truncated file) is rejected and deleted. A copy under the
+    folder's deprecated name is checked the same way instead of downloading (:func:`adopt_deprecated_copy`).
     """
     dest = Path(dest)
+    adopt_deprecated_copy(dest)
 
     def check(part: Path) -> None:
-        load_official_state(part, weights="params")
+        load_authors_state(part, weights="params")
 
     try:
         return download(url, dest, sha256=sha256, retries=retries, check=check)

@@ -1,13 +1,13 @@
 """What the ``authors`` target runs: the paper's numbers from the authors' released weights.
 
-For the methods of ``reproduction.methods`` (each with ``official`` checkpoints): every checkpoint
+For the methods of ``authors.methods`` (each with ``authors_checkpoints``): every checkpoint
 they name is downloaded and imported; each dataset they have one for is evaluated at all of its
 test levels, with ``evaluate.gumbel_repeats`` Gumbel-routing repeats beside the argmax evaluation;
 StarDist AP is measured on their restorations of ``experiments.stardist``'s dataset and level; a
 table puts each paper number beside the measured one. A dataset placed by hand (3DHistech) is
 evaluated only when its files are there when the DAG is built (:func:`placed`); otherwise the
 report's section says "not run" with the placement steps. Plain functions of the validated config,
-tested without Snakemake (``tests/test_authors_plan.py``); ``workflow/rules/authors.smk`` binds them.
+tested without Snakemake (``tests/test_authors_workflow.py``, ``tests/test_authors_report.py``); ``workflow/rules/authors.smk`` binds them.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from dgno.data.paired_sets import find_layout_root, layout_for
 Config = Mapping[str, Any]
 HAND_PLACED = ("3dhistech",)  # sources with no download: the target runs them only once they are there
 REPORT = "report/authors.html"
-TABLE = "results/tables/reproduction.csv"
+TABLE = "results/tables/authors.csv"
 
 
 def methods(config: Config) -> list[str]:
-    return list(config.get("reproduction", {}).get("methods", []))
+    return list(config.get("authors", {}).get("methods", []))
 
 
 def placed(config: Config, dataset: str) -> bool:
@@ -45,19 +45,19 @@ def placed(config: Config, dataset: str) -> bool:
 
 
 def datasets(config: Config) -> list[str]:
-    """Datasets of this config that a reproduction method has authors' weights for (config order)."""
-    named = {ds for m in methods(config) for ds in config["methods"][m]["official"]}
+    """Datasets of this config that a method of ``authors.methods`` has a checkpoint for (config order)."""
+    named = {ds for m in methods(config) for ds in config["methods"][m]["authors_checkpoints"]}
     return [ds for ds in config["datasets"] if ds in named]
 
 
 def evaluated(config: Config) -> list[str]:
-    """The reproduction's datasets that run now (hand-placed ones only once placed)."""
+    """The target's datasets that run now (hand-placed ones only once placed)."""
     return [ds for ds in datasets(config) if placed(config, ds)]
 
 
 def imports(config: Config) -> list[str]:
-    """Every authors' checkpoint of the reproduction, imported (whether or not its dataset is placed)."""
-    return [f"results/official/{ds}/{m}/model.pt" for m in methods(config) for ds in datasets(config) if ds in config["methods"][m]["official"]]
+    """Every authors' checkpoint of the target, imported (whether or not its dataset is placed)."""
+    return [f"results/authors/{ds}/{m}/model.pt" for m in methods(config) for ds in datasets(config) if ds in config["methods"][m]["authors_checkpoints"]]
 
 
 def _cells(config: Config) -> list[tuple[str, str, str]]:
@@ -65,7 +65,7 @@ def _cells(config: Config) -> list[tuple[str, str, str]]:
         (ds, m, lvl)
         for ds in evaluated(config)
         for m in methods(config)
-        if ds in config["methods"][m]["official"]
+        if ds in config["methods"][m]["authors_checkpoints"]
         for lvl in config["datasets"][ds]["test_levels"]
     ]
 
@@ -76,21 +76,21 @@ def summaries(config: Config) -> list[str]:
 
 
 def gumbel_runs(config: Config) -> list[str]:
-    """The Gumbel-routing repeats (``evaluate.gumbel_repeats`` of them, one job) of every reproduction evaluation."""
+    """The Gumbel-routing repeats (``evaluate.gumbel_repeats`` of them, one job) of every evaluation of the target."""
     if not config["evaluate"]["gumbel_repeats"]:
         return []
     return [f"results/eval/{ds}/{m}/{lvl}/gumbel" for ds, m, lvl in _cells(config)]
 
 
 def stardist_dataset(config: Config) -> str | None:
-    """The dataset whose restorations StarDist segments: experiments.stardist's, when the reproduction evaluates it."""
+    """The dataset whose restorations StarDist segments: experiments.stardist's, when the target evaluates it."""
     spec = config["experiments"].get("stardist")
     return spec["dataset"] if spec and spec["dataset"] in evaluated(config) else None
 
 
 def stardist_table(config: Config) -> list[str]:
     ds = stardist_dataset(config)
-    return [f"results/reproduction/stardist_{ds}.csv"] if ds else []
+    return [f"results/authors/stardist_{ds}.csv"] if ds else []
 
 
 def stardist_inputs(config: Config, dataset: str) -> dict[str, Any]:
@@ -98,32 +98,32 @@ def stardist_inputs(config: Config, dataset: str) -> dict[str, Any]:
     level = config["experiments"]["stardist"]["level"]
     return {
         "model": f"results/stardist/{dataset}/model.json",
-        "restored": [f"results/eval/{dataset}/{m}/{level}/restored" for m in methods(config) if dataset in config["methods"][m]["official"]],
+        "restored": [f"results/eval/{dataset}/{m}/{level}/restored" for m in methods(config) if dataset in config["methods"][m]["authors_checkpoints"]],
         "manifest": f"results/data/{dataset}/manifest.json",
     }
 
 
 def restored_needed(config: Config) -> set[tuple[str, str, str]]:
-    """(dataset, method, level) whose restored images the reproduction's StarDist check reads."""
+    """(dataset, method, level) whose restored images the target's StarDist check reads."""
     ds = stardist_dataset(config)
     if ds is None:
         return set()
     level = config["experiments"]["stardist"]["level"]
-    return {(ds, m, level) for m in methods(config) if ds in config["methods"][m]["official"]}
+    return {(ds, m, level) for m in methods(config) if ds in config["methods"][m]["authors_checkpoints"]}
 
 
 def target(config: Config) -> str:
-    """The file target ``authors`` makes, or a clear error for a config without a reproduction."""
+    """The file target ``authors`` makes, or a clear error for a config without an ``authors`` block."""
     if not methods(config):
         raise ValueError(
-            f"target authors: config {config['name']!r} has no `reproduction` block. Fix: run it with the paper "
+            f"target authors: config {config['name']!r} has no `authors` block. Fix: run it with the paper "
             "config (snakemake --profile slurm authors, or snakemake authors --cores all --configfile config/paper.yaml)"
         )
     return REPORT
 
 
 def table_inputs(config: Config) -> dict[str, list[str]]:
-    """What the reproduction table reads: evaluations, Gumbel repeats, StarDist AP, manifests, the imports ({} without a reproduction)."""
+    """What the authors' table reads: evaluations, Gumbel repeats, StarDist AP, manifests, the imports ({} without an ``authors`` block)."""
     if not methods(config):
         return {}
     return {
@@ -144,22 +144,22 @@ def benchmark_files(config: Config) -> list[str]:
     return files + ([f"results/benchmarks/stardist_authors/{ds}.tsv"] if ds else [])
 
 
-RELEASED = Path(__file__).resolve().parents[1] / "models" / "official_networks.yaml"  # read as data: no torch here
+RELEASED = Path(__file__).resolve().parents[1] / "models" / "authors_networks.yaml"  # read as data: no torch here
 
 
 def network(config: Config, name: str) -> dict[str, Any]:
-    """The ``network_g`` block of a checkpoint, as its import reads it (downloads.official_options, else the packaged one)."""
-    folder = config["downloads"]["official_options"]
+    """The ``network_g`` block of a checkpoint, as its import reads it (downloads.authors_options, else the packaged one)."""
+    folder = config["downloads"]["authors_options"]
     if folder and (Path(folder) / f"{name}.yml").exists():
         return dict((yaml.safe_load((Path(folder) / f"{name}.yml").read_text()) or {}).get("network_g", {}))
     return dict(yaml.safe_load(RELEASED.read_text()).get(name, {}).get("network_g", {}))
 
 
 def settings(config: Config) -> dict[str, Any]:
-    """The reproduction table's params: methods, their datasets (placed or not, with the path), tolerances, levels."""
+    """The authors' table's params: methods, their datasets (placed or not, with the path), tolerances, levels."""
     if not methods(config):
         return {}
-    spec = config["reproduction"]
+    spec = config["authors"]
     return {
         "methods": methods(config),
         "labels": {m: config["methods"][m].get("label", m) for m in methods(config)},
@@ -176,7 +176,7 @@ def settings(config: Config) -> dict[str, Any]:
             }
             for ds in datasets(config)
         },
-        "networks": {m: {ds: network(config, config["methods"][m]["official"][ds]) for ds in datasets(config) if ds in config["methods"][m]["official"]} for m in methods(config)},
+        "networks": {m: {ds: network(config, config["methods"][m]["authors_checkpoints"][ds]) for ds in datasets(config) if ds in config["methods"][m]["authors_checkpoints"]} for m in methods(config)},
         "tolerances": dict(spec["tolerances"]),
         "gumbel_repeats": config["evaluate"]["gumbel_repeats"],
         "routing": config["evaluate"]["routing"],

@@ -1,4 +1,4 @@
-"""The authors' reference fixtures (``tests/fixtures/official``, provenance in its README) and the
+"""The authors' reference fixtures (``tests/fixtures/authors``, provenance in its README) and the
 released checkpoints rebuilt from them at toy size.
 
 Shared by the tests of the importer, of the released-checkpoint workflow and of the paper-DAG rehearsal.
@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 import yaml
 
-from dgno.models.official import regenerate_state_dict, released_networks
+from dgno.models.authors import regenerate_state_dict, released_networks
 
-OFFICIAL = Path(__file__).resolve().parent / "fixtures" / "official"
+AUTHORS_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "authors"
 
 
 # The six released checkpoints at toy size: the fixture networks (dim 32, one block per level) with each
@@ -32,9 +32,9 @@ RELEASE_KEYS = ("variant", "inp_channels", "out_channels", "flux_mode", "boundar
 
 
 def _recipe(name: str) -> dict:
-    case = json.loads((OFFICIAL / RELEASE_CASES[name] / "weights.json").read_text())
+    case = json.loads((AUTHORS_FIXTURES / RELEASE_CASES[name] / "weights.json").read_text())
     if name == "DGNO_3DHistech_Cell":
-        rgb = {t["key"]: t for t in json.loads((OFFICIAL / "hist_face" / "weights.json").read_text())["tensors"]}
+        rgb = {t["key"]: t for t in json.loads((AUTHORS_FIXTURES / "hist_face" / "weights.json").read_text())["tensors"]}
         case["tensors"] = [rgb[t["key"]] if t["key"] in rgb and rgb[t["key"]]["shape"] != t["shape"] else t for t in case["tensors"]]
     return case
 
@@ -49,7 +49,7 @@ def toy_release(folder: Path, names=tuple(RELEASE_CASES)) -> tuple[dict[str, byt
         path = folder / f"{name}.pth"
         torch.save({"params": state, "params_ema": state}, path)
         files[path.name] = path.read_bytes()
-        network = json.loads((OFFICIAL / RELEASE_CASES[name] / "options.json").read_text())["network_g"]
+        network = json.loads((AUTHORS_FIXTURES / RELEASE_CASES[name] / "options.json").read_text())["network_g"]
         released = released_networks()[name]
         network = {**{k: v for k, v in network.items() if k not in RELEASE_KEYS}, **{k: released[k] for k in RELEASE_KEYS if k in released}}
         (options / f"{name}.yml").write_text(yaml.safe_dump({"name": name, "network_g": network}))
