@@ -215,7 +215,7 @@ for src, out in zip(sys.argv[1::2], sys.argv[2::2]):
 
 def test_peak_memory_does_not_grow_with_the_slide(tmp_path):
     """4× the area (2× each side) restored in one process after the small one: peak RSS within 10 %.
-    benchmarks/bench_slides.py records the same up to 64× the area, with the pipeline's own allocations."""
+    benchmarks/cpu/slides.py records the same up to 64× the area, with the pipeline's own allocations."""
     args = []
     for side in (1024, 2048):
         src = tmp_path / f"s{side}.ome.tif"
