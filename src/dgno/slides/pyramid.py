@@ -208,6 +208,6 @@ def _tiles(read: TileSource, size: tuple[int, int], n_planes: int, below: list[_
                 tile = read(p, i, j)
                 if below is not None:
                     below[p].put(i // 2, j // 2, (i % 2) * 2 + (j % 2), reduce2(tile))
-                yield tile[..., 0] if squeeze else tile
-                if written is not None:
+                if written is not None:  # before the yield: tifffile stops asking once it has a level's last tile
                     written()
+                yield tile[..., 0] if squeeze else tile
