@@ -9,7 +9,9 @@ The writer walks the output in its own order (512-px tiles, channel by channel, 
 blends every restored tile it meets from the batches on disk (a few kept in memory), so neither the
 network's tiles nor the output are ever held whole. A SIGTERM or SIGINT (SLURM's time limit, Ctrl-C)
 stops the run at the next batch with :class:`SlideInterrupted`; the batches already on disk are kept for
-the next run (``dgno.slides.work``).
+the next run (``dgno.slides.work``). Progress: a bar of the restored tiles (tiles/s, time left), then one
+of the output tiles written, for the writer's tail (the rest of level 0 and the reduced levels) after
+the network's last batch.
 """
 
 from __future__ import annotations
