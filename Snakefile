@@ -54,6 +54,7 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/downstream.smk"
 include: "workflow/rules/deconv.smk"
 include: "workflow/rules/analysis.smk"
+include: "workflow/rules/slides.smk"
 include: "workflow/rules/report.smk"
 
 

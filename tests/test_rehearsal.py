@@ -78,6 +78,7 @@ def test_overlay_plans_every_rule_of_the_paper_dag(tmp_path):
     planned = paper_rule_names(tmp_path / "dry_rehearsal", paper, config)
     assert len(expected) >= 30 and "report" in expected and "stardist_ap" in expected
     assert expected - planned == set(), f"the overlay drops rules of the paper DAG: {sorted(expected - planned)}"
+    assert {"slide_synthetic", "restore_slide"} <= planned - expected  # the slides target, which the paper run leaves to its users
 
 
 def stardist_stand_in(folder: Path) -> Path:
@@ -120,6 +121,7 @@ def test_paper_dag_rehearsal(slurm_cluster, rehearsal_server, tmp_path):
     expected = paper_rule_names(tmp_path / "dry_paper", paper)
     planned = paper_rule_names(tmp_path / "dry_rehearsal", paper, config)
     assert expected - planned == set(), f"the overlay drops rules of the paper DAG: {sorted(expected - planned)}"
+    assert {"slide_synthetic", "restore_slide"} <= planned - expected  # the slides target, which the paper run leaves to its users
 
     env = {**os.environ, **slurm_cluster.env, "OMP_NUM_THREADS": "1", "DGNO_STARDIST_PRETRAINED_DIR": str(stardist_dir)}
     cmd = [

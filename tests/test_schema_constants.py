@@ -13,7 +13,9 @@ import pytest
 
 from dgno.checkpoint import pick_device
 from dgno.data import GENERATED_SOURCES, RENAMED_SOURCES, bbbc006, bbbc006_pairing, demo, paired_sets
+from dgno.data import slides as data_slides
 from dgno.experiments import nonblind_settings as nonblind
+from dgno.inference import normalisation
 from dgno.inference.tiling import BLENDS
 from dgno.layers import blocks, flux
 from dgno.layers.mambair import ROUTINGS
@@ -21,6 +23,7 @@ from dgno.models.overrides import registry_overrides
 from dgno.models.registry import LIFTING_BLOCKS, SCALES, list_models, model_spec
 from dgno.optics import seidel
 from dgno.report.downstream import DECONV_ROWS
+from dgno.slides import focus, pyramid
 from dgno.train import TrainConfig
 from dgno.workflow import config as workflow_config
 from dgno.workflow.settings import DECONV_LABELS
@@ -174,6 +177,14 @@ def test_adamw_implementations_are_the_training_steps():
     assert set(SPEED_ONLY) <= set(_node("properties", "train", "properties"))
 
 
+def test_slide_choices_are_deblur_slides_and_the_generators():
+    slides = ("properties", "slides", "properties")
+    assert _enum(*slides, "restore") == list(focus.RESTORE_MODES)
+    assert _enum(*slides, "compression") == list(pyramid.COMPRESSIONS)
+    assert _enum(*slides, "normalise") == [*normalisation.NORMALISATIONS, None]
+    assert _enum("$defs", "synthetic_slide", "properties", "kind") == list(data_slides.KINDS) == list(data_slides.KIND_LAYOUT)
+
+
 def test_plane_rules_and_routings_are_the_codes():
     assert _enum(*DATASET, "plane_rule") == list(bbbc006_pairing.PLANE_RULES)
     assert _enum(*DATASET, "plane_check") == list(bbbc006_pairing.PLANE_CHECKS)
@@ -208,6 +219,10 @@ TIED = {
     (*DATASET, "plane_check"),
     ("properties", "evaluate", "properties", "checkpoint"),
     ("properties", "experiments", "properties", "nonblind", "properties", "deconvolution", "items"),
+    ("properties", "slides", "properties", "restore"),
+    ("properties", "slides", "properties", "compression"),
+    ("properties", "slides", "properties", "normalise"),
+    ("$defs", "synthetic_slide", "properties", "kind"),
 }
 
 

@@ -128,7 +128,7 @@ def test_fluorescence_channel_by_name_others_copied_16_bits_kept(tmp_path):
     assert out.dtype == np.uint16 and out.shape == img.shape and names == ["DAPI", "Actin"]
     assert np.array_equal(out[1], img[1]) and not np.array_equal(out[0], img[0])
     assert summary["restored_channels"] == ["DAPI"] and summary["normalisation"]["kind"] == "minmax"
-    lo, scale = summary["normalisation"]["offset"], summary["normalisation"]["scale"]
+    lo, scale = summary["normalisation"]["lo"], summary["normalisation"]["hi"] - summary["normalisation"]["lo"]
     tiles = pd.read_csv(tmp_path / "out" / "cells.tiles.csv")
     r = tiles[tiles.restored].iloc[len(tiles[tiles.restored]) // 2]
     cy, cx = int(r.y + r.height // 2), int(r.x + r.width // 2)  # a tile's centre: its own restoration only

@@ -87,7 +87,7 @@ def test_released_networks_by_name_with_the_authors_tiles(tmp_path, monkeypatch,
     assert "he.tif: a 8-bit RGB brightfield slide, but DGNO_BBBC006_w1_Cell restores 1-channel images. Fix: use a 3DHistech network" in err
     summary = json.loads((tmp_path / "out" / "he.summary.json").read_text())
     assert (summary["network"], summary["tile"], summary["overlap"], summary["blend"]) == ("DGNO_3DHistech_Cell", 512, 32, "crossfade")
-    assert summary["normalisation"] == {"kind": "dtype", "offset": 0.0, "scale": 255.0} and summary["tiles_computed"] == 1
+    assert summary["normalisation"] == {"kind": "dtype", "lo": 0.0, "hi": 255.0, "fallback": ""} and summary["tiles_computed"] == 1
     with tifffile.TiffFile(tmp_path / "out" / "he.ome.tif") as tf:
         assert tf.series[0].levels[0].shape == (400, 500, 3) and tf.series[0].dtype == np.uint8
 
@@ -127,7 +127,7 @@ def test_bad_slides_give_one_clear_error_each_and_no_output(model, tmp_path, cap
     twin = tmp_path / "b" / "corrupt.ome.tif"
     twin.write_bytes(corrupt.read_bytes())
     assert main(["deblur-slide", str(corrupt), str(twin), "--checkpoint", str(bf), "--output", str(out)]) == 2
-    assert "corrupt.ome.tif: its output would have the same name as that of" in capsys.readouterr().err
+    assert "corrupt.ome.tif: its results would have the same name (corrupt) as those of" in capsys.readouterr().err
 
 
 def test_full_disk_is_an_error_naming_the_folder_and_the_fix(small_slide, tmp_path, monkeypatch):
@@ -215,7 +215,7 @@ for src, out in zip(sys.argv[1::2], sys.argv[2::2]):
 
 def test_peak_memory_does_not_grow_with_the_slide(tmp_path):
     """4× the area (2× each side) restored in one process after the small one: peak RSS within 10 %.
-    benchmarks/bench_slides.py records the same up to 64× the area, with the pipeline's own allocations."""
+    benchmarks/cpu/slides.py records the same up to 64× the area, with the pipeline's own allocations."""
     args = []
     for side in (1024, 2048):
         src = tmp_path / f"s{side}.ome.tif"

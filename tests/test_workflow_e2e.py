@@ -7,11 +7,14 @@ checks Snakemake's own report, lint, and that a rerun has nothing to do.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 
+import numpy as np
 import pandas as pd
 import pytest
+import tifffile
 from conftest import ROOT, SNAKEMAKE, snakemake
 
 METHOD_LABELS = ["SRNO (GG)", "SRNO+Win (LG)", "DGNO-Face", "DGNO-Cell"]
@@ -201,3 +204,24 @@ def test_claims_section_and_table_are_generated(smoke_run):
     section = page.split('id="claims"')[1].split("</section>")[0]
     assert "Measured at scale: smoke" in section and "shapes_narrow_cell_vs_gg" in section
     assert page.index('id="claims"') < page.index('id="operators"')  # the claims come first
+
+
+def test_the_generated_slide_is_restored_where_blurred_and_shown_in_the_report(smoke_run):
+    """The slides target of the smoke config: the restored slide is the generated one outside its restored tiles
+    (the copied channel everywhere), and the report's section shows the slide's counts and both pictures."""
+    summary = json.loads((smoke_run / "results/slides/restored/slide.summary.json").read_text())
+    tiles = pd.read_csv(smoke_run / "results/slides/restored/slide.tiles.csv")
+    assert summary["tiles"]["restored"] == int(tiles.restored.sum()) >= 1 and summary["restored_channels"] == ["DAPI"]
+    before = tifffile.imread(smoke_run / "results/slides/synthetic/slide.ome.tif")
+    with tifffile.TiffFile(smoke_run / "results/slides/restored/slide.ome.tif") as tf:
+        after = tf.series[0].levels[0].asarray()
+        assert len(tf.series[0].levels) == 1 and tf.series[0].dtype == np.uint16
+    assert after.shape == before.shape and np.array_equal(after[1], before[1])  # Actin copied
+    untouched = np.ones(before.shape[1:], bool)
+    for t in tiles[tiles.restored].itertuples():
+        untouched[t.y : t.y + t.height, t.x : t.x + t.width] = False
+    assert np.array_equal(after[0][untouched], before[0][untouched]) and not np.array_equal(after[0], before[0])
+    page = (smoke_run / "report" / "index.html").read_text()
+    section = page.split('id="slides"')[1].split("</section>")[0]
+    t = summary["tiles"]
+    assert f"{t['total']} / {t['tissue']} / {t['blurry']} / {t['restored']}" in section and section.count("data:image/png;base64,") == 2

@@ -24,7 +24,7 @@ from dgno.workflow.config import load_config
 # Spinning threads take the cores other processes need: two concurrent 2-thread runs on 2 shared cores
 # took 118 s each with spinning threads and 60 s with sleeping ones, the two one after the other 62 s
 # (benchmarks/cpu/deblur_concurrency.py, benchmarks/results/deblur_concurrency.json).
-PASSIVE_THREAD_COMMANDS = frozenset({"deblur"})
+PASSIVE_THREAD_COMMANDS = frozenset({"deblur", "deblur-slide"})
 # Command-line words under a deprecated name, still read as their replacement with a one-line notice.
 RENAMED_COMMANDS = {"import-official": "import-authors"}
 RENAMED_OPTIONS = {"--official": "--authors"}  # of deblur and deblur-slide
@@ -201,7 +201,10 @@ def _add_slide_command(sub) -> None:
     p.add_argument("--tile-batch", type=int, help="tiles per forward pass (default 8 on a GPU, 1 on a CPU)")
     p.add_argument("--cuda-graphs", action="store_true", help="replay the forward pass from CUDA graphs (GPU; needs the triton or mamba_ssm scan)")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the forward pass")
-    p.add_argument("--threads", type=int, help="CPU threads for the network and the focus scan (default: all; a resumed run should use the same)")
+    p.add_argument("--threads", type=int, help="CPU threads for the network, the focus scan and the writer (default: $OMP_NUM_THREADS, else the CPUs this process may use, at most 4 for the scan and writer); a resumed run should use the same")
+    p.add_argument("--normalise", choices=["minmax", "dtype"], help="intensity scaling into the network (default: the one the model was trained with, recorded in its file)")
+    p.add_argument("--tile", type=int, help="network tile side in px (default: the network's own, 512)")
+    p.add_argument("--overlap", type=int, help="overlap of the network's tiles in px (default: the network's own; the authors' networks: 32)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output slide")
     p.add_argument("--dry-run", action="store_true", help="measure and decide only: tile counts, focus map, tiles.csv and a time estimate from this machine's speed")
     p.set_defaults(func=_run_command)

@@ -25,8 +25,9 @@ from dgno.inference.deblur import check_options as check_deblur_options
 from dgno.inference.evaluate import evaluate_checkpoint
 from dgno.io import InputError, write_csv
 from dgno.report.figures import lam_maps
+from dgno.slides.inputs import unique_names
 from dgno.slides.network import load_network
-from dgno.slides.restore import restore_slide, slide_name
+from dgno.slides.restore import restore_slide
 from dgno.slides.run import SlideInterrupted
 from dgno.train import INTERRUPTED_EXIT, Interrupted, ModelChoice, TrainConfig
 from dgno.train import train as train_model
@@ -127,16 +128,15 @@ def _slide_line(summary: dict) -> str:
 
 def deblur_slide(args: argparse.Namespace) -> int:
     """Restore each slide; one line per slide; exit 143 when stopped by a signal (a rerun resumes)."""
-    network = load_network(checkpoint=args.checkpoint, authors=args.authors, options=args.options, device=args.device,
-                           tile_batch=args.tile_batch, cuda_graphs=args.cuda_graphs, bf16=args.bf16, threads=args.threads)  # fmt: skip
+    # Options, threads, output folder and names first: a mistake there is said before any download or slide.
+    threads = preflight.check_threads(args.threads)
+    unique_names(args.slides, fix="restore them into different --output folders")
+    preflight.prepare_output_dir(args.output)
+    network = load_network(checkpoint=args.checkpoint, authors=args.authors, options=args.options, device=args.device, tile_batch=args.tile_batch,
+                           cuda_graphs=args.cuda_graphs, bf16=args.bf16, threads=threads, normalise=args.normalise, tile=args.tile, overlap=args.overlap)  # fmt: skip
     options = dict(level=args.level, mpp=args.mpp, channel=args.channel, restore=args.restore, threshold=args.threshold, margin=args.focus_margin,
                    min_tissue=args.min_tissue, focus_downsample=args.focus_downsample, compression=args.compression, overwrite=args.overwrite,
-                   dry_run=args.dry_run, workers=args.threads or min(4, os.cpu_count() or 1))  # fmt: skip
-    names: dict[str, str] = {}
-    for path in args.slides:
-        earlier = names.setdefault(slide_name(Path(path)), path)
-        if earlier != path:
-            raise InputError(f"{path}: its output would have the same name as that of {earlier}. Fix: rename one of them or restore them into different --output folders")
+                   dry_run=args.dry_run, workers=threads if args.threads else min(threads, 4))  # fmt: skip
     failures = []
     for path in args.slides:
         try:

@@ -14,6 +14,7 @@ from dgno.workflow import plan
 from dgno.workflow import replicates
 from dgno.workflow import resources as dgno_resources
 from dgno.workflow import settings
+from dgno.workflow import slides as slide_plan
 from dgno.workflow import targets
 from dgno.workflow.config import load_schema, validate_config
 from dgno.workflow.plan import one_of, summaries
@@ -231,3 +232,32 @@ def authors_stardist_inputs(wildcards):
 
 def authors_target(wildcards):
     return authors.target(config)
+
+
+# --- whole slides (dgno.workflow.slides): the slides block's files, glob patterns expanded once per run ---
+SLIDES = slide_plan.slide_inputs(config)
+SYNTHETIC_SLIDES = slide_plan.synthetic_names(config)
+# One caption for both pictures of a slide (Snakemake's report takes it from params.caption).
+SLIDE_CAPTION = " ".join(
+    catalogue.figure_caption(key) for key in ("slide_focus", "slide_before_after")
+)
+
+
+def slide_input(wildcards):
+    return SLIDES[wildcards.slide]
+
+
+def slide_network(wildcards):
+    return slide_plan.network_file(config)
+
+
+def slide_network_options(wildcards):
+    return slide_plan.network_options(config)
+
+
+def synthetic_slide_settings(wildcards):
+    return slide_plan.synthetic_settings(config, wildcards.slide)
+
+
+def slide_settings(wildcards):
+    return slide_plan.restore_settings(config)

@@ -13,13 +13,17 @@ layouts:
 * ``ome-tiff``: a tiled pyramidal OME-TIFF, levels in SubIFDs, lossless (16-bit multi-channel allowed);
 * ``single-level``: one plain TIFF page in strips, no pyramid (a stitched export).
 
+:func:`synthetic_slide` puts them together for the workflow (``slides.synthetic`` of the config, the
+demo's slide): a section of one kind, a few square regions defocused on purpose and centred on tissue,
+written in the layout a scanner of that kind writes, with a manifest of what was blurred where.
+
 Everything is deterministic for a seed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -32,6 +36,13 @@ from dgno.io import atomic_path
 
 Layout = Literal["generic-tiff", "ome-tiff", "single-level"]
 LAYOUTS = ("generic-tiff", "ome-tiff", "single-level")
+Kind = Literal["fluorescence", "brightfield"]
+KINDS = ("fluorescence", "brightfield")
+# What each kind of synthetic slide is written as: the scanner's layout, µm per pixel, channel names.
+KIND_LAYOUT: dict[str, tuple[Layout, float, tuple[str, ...]]] = {
+    "fluorescence": ("ome-tiff", 0.65, ("DAPI", "Actin")),  # a 20× fluorescence scan: 16-bit, two channels
+    "brightfield": ("generic-tiff", 0.25, ()),  # a 40× brightfield scan: 8-bit RGB, JPEG tiles (SVS-like)
+}
 
 # Ruifrok & Johnston's stain vectors (optical density per unit stain, R, G, B).
 HAEMATOXYLIN = np.array([0.65, 0.70, 0.29])
@@ -191,3 +202,32 @@ def write_slide(
             scaled = {"resolution": (res["resolution"][0] / 2**k, res["resolution"][1] / 2**k), "resolutionunit": "CENTIMETER"} if mpp else {}
             tw.write(level, tile=(tile, tile), subfiletype=1, compression="zlib", metadata=None, **colour, **scaled)
     return path
+
+
+def defocused_regions(shape: tuple[int, int], *, count: int, sigma: float, seed: int) -> list[BlurRegion]:
+    """``count`` squares of side min(H, W) / 4, each centred on a tissue pixel of :func:`tissue_mask` (so that
+    there is tissue to find out of focus), clipped to the slide; deterministic for ``seed``."""
+    rng = np.random.default_rng([seed, 5])
+    step = 8
+    ys, xs = np.nonzero(tissue_mask(shape, seed=seed)[::step, ::step])
+    if count == 0 or len(ys) == 0:
+        return []
+    half = min(shape) // 8
+    picks = rng.choice(len(ys), size=count, replace=count > len(ys))
+    centres = [(int(np.clip(ys[k] * step, half, shape[0] - half)), int(np.clip(xs[k] * step, half, shape[1] - half))) for k in picks]  # whole squares
+    return [BlurRegion(y - half, x - half, y + half, x + half, float(sigma)) for y, x in centres]
+
+
+def synthetic_slide(path: str | Path, *, kind: Kind, shape: tuple[int, int], seed: int, regions: int, sigma: float) -> dict:
+    """Write a synthetic slide of ``kind`` (module docstring) with ``regions`` squares defocused by a Gaussian
+    of ``sigma`` px; return its manifest (kind, size, seed, layout, µm/px, channels and the regions)."""
+    check_choice("kind", kind, KINDS)
+    shape = (int(shape[0]), int(shape[1]))
+    blurred = defocused_regions(shape, count=regions, sigma=sigma, seed=seed)
+    layout, mpp, channels = KIND_LAYOUT[kind]
+    image = fluorescence_tissue(shape, seed=seed, regions=blurred) if kind == "fluorescence" else brightfield_tissue(shape, seed=seed, regions=blurred)
+    write_slide(path, image, layout=layout, mpp=mpp, channel_names=list(channels) or None)
+    return {
+        "kind": kind, "size": list(shape), "seed": seed, "layout": layout, "mpp": mpp, "dtype": str(image.dtype),
+        "channels": list(channels) or ["R", "G", "B"], "regions": [asdict(r) for r in blurred],
+    }  # fmt: skip

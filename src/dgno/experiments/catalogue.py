@@ -5,7 +5,9 @@ function that renders it — what it produces — its results table (how the tab
 the figures its section shows, each figure's path written once, in :data:`FIGURES` — and how its rows are
 replicated (``seeded``: the config may train its methods with several seeds). *What* a run does with an
 experiment (its datasets, methods, levels) is the config's ``experiments.<name>`` (or
-``ablations.<name>``); the config schema gives each entry's keys.
+``ablations.<name>``); the config schema gives each entry's keys. The whole-slide restorations are an
+entry too (``slides``: not the paper's, configured by the top-level ``slides`` block), so that they get
+a target, a report section and figure paths written once (:data:`SLIDE_FILES`) the same way.
 
 Why a Python module and not a YAML file beside the config: the entries are checked when they are made
 (a typo in a figure key or a section function fails on import, in the test suite), they need no loader
@@ -25,11 +27,19 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 Config = Mapping[str, Any]
-ConfigKey = Literal["experiments", "ablations"]
+# Where the config runs an entry: under experiments.<name>, ablations.<name>, or (slides) as a top-level block of its name.
+ConfigKey = Literal["experiments", "ablations", "slides"]
 
 TABLE = "results/tables/{table}.csv"  # the long-form table of the evaluation summaries behind one report table
 TABLE_STATS = "results/tables/{table}_stats.csv"  # its statistics (dgno.report.comparisons.table_stats)
 TABLE_LOG = "results/logs/tables/{table}.log"
+# What the workflow keeps of one slide's restoration (dgno.slides.restore.output_files, in one folder; the
+# pictures are FIGURES["slide_focus"] and FIGURES["slide_before_after"]). {slide}: the slide's name.
+SLIDE_FILES = {
+    "slide": "results/slides/restored/{slide}.ome.tif",
+    "tiles": "results/slides/restored/{slide}.tiles.csv",
+    "summary": "results/slides/restored/{slide}.summary.json",
+}
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,10 @@ class Figure:
     @property
     def per_dataset(self) -> bool:
         return "{dataset}" in self.path
+
+    @property
+    def per_slide(self) -> bool:
+        return "{slide}" in self.path
 
     def files(self, datasets: Iterable[str]) -> list[str]:
         return [self.path.format(dataset=d) for d in datasets] if self.per_dataset else [self.path]
@@ -212,6 +226,22 @@ FIGURES: dict[str, Figure] = {
         'benchmark JSON files in benchmarks/results (written by `dgno bench` and benchmarks/cpu/models.py).',
         "Model cost",
     ),
+    # one per slide of the config's slides block (workflow/rules/slides.smk), shown by the slides section
+    "slide_focus": Figure(
+        "results/slides/restored/{slide}.focus.png",
+        "Focus map of {slide}: tissue outline (cyan), restored tiles (red)",
+        "Focus map of a whole slide: its thumbnail, the tissue outline (cyan) and the tiles restored because the focus "
+        "rule found them out of focus (red): blur effect (Crété-Roffet et al. 2007) above the slide's in-focus reference "
+        "(25th percentile of its tissue tiles) by the margin. Every decision is in the slide's tiles.csv.",
+        "Slides",
+    ),
+    "slide_before_after": Figure(
+        "results/slides/restored/{slide}.before_after.png",
+        "Before and after on {slide}: the most blurred restored tile, at full resolution, one contrast for both",
+        "The restored tile that scored most blurred, before and after restoration, at full resolution with one contrast "
+        "for both (with no tile restored: the most blurred tissue tile, unchanged).",
+        "Slides",
+    ),
 }
 # What every dataset an experiment trains on gets (besides its edge-band table): the figures below, where
 # they apply (dgno.workflow.targets: training curves only where it trains, the residual figure only with GG
@@ -305,6 +335,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment("penalty", "Flux penalty τ", "Ablation: flux penalty τ", "dgno.report.ablations:ablation_section", config_key="ablations"),
     Experiment("element_size_T", "Element size × T", "Ablation: element size × number of operator layers T",
                "dgno.report.ablations:ablation_section", config_key="ablations"),
+    Experiment("slides", None, "Whole slides restored where they are out of focus", "dgno.report.slides_section:slides_section",
+               config_key="slides", figures=("slide_focus", "slide_before_after"), dataset_outputs=False),
 )  # fmt: skip
 
 
@@ -326,8 +358,8 @@ def names(config_key: ConfigKey = "experiments") -> list[str]:
 
 def configured(config: Config) -> list[Experiment]:
     """The entries this config runs, in catalogue (= report) order."""
-    runs = {"experiments": config.get("experiments", {}), "ablations": config.get("ablation_runs", {})}
-    return [e for e in EXPERIMENTS if e.name in runs[e.config_key]]
+    runs = {"experiments": config.get("experiments", {}), "ablations": config.get("ablation_runs", {}), "slides": {"slides": config.get("slides")}}
+    return [e for e in EXPERIMENTS if runs[e.config_key].get(e.name) is not None]
 
 
 def by_table(table: str) -> Experiment:
@@ -402,13 +434,19 @@ def table_category(table: str) -> str:
     return entry.table.category if entry.table is not None else "Ablations"
 
 
+def slide_files(slide: str) -> list[str]:
+    """Every file the workflow keeps of one slide's restoration (:data:`SLIDE_FILES` and the slide figures)."""
+    figures = [f.path for f in FIGURES.values() if f.per_slide]
+    return [p.format(slide=slide) for p in (*SLIDE_FILES.values(), *figures)]
+
+
 def figure_caption(key: str, dataset: str | None = None) -> str:
     figure = FIGURES[key]
     return figure.caption.format(dataset=dataset) if figure.per_dataset else figure.caption
 
 
 __all__ = [
-    "DATASET_FIGURES", "EXPERIMENTS", "FIGURES", "TABLE", "TABLE_LOG", "TABLE_STATS", "Experiment", "Figure", "Table",
+    "DATASET_FIGURES", "EXPERIMENTS", "FIGURES", "SLIDE_FILES", "TABLE", "TABLE_LOG", "TABLE_STATS", "Experiment", "Figure", "Table",
     "by_table", "configured", "experiment", "experiment_datasets", "experiment_seeds", "figure_caption", "figure_files",
-    "names", "other_files", "table_caption", "table_category", "table_files", "table_levels", "tables",
+    "names", "other_files", "slide_files", "table_caption", "table_category", "table_files", "table_levels", "tables",
 ]  # fmt: skip

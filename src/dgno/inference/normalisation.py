@@ -106,19 +106,29 @@ def scaling_for(values: np.ndarray, kind: str, *, significant_bits: int | None =
     return Scaling(0.0, full_scale(dtype, hi, significant_bits=significant_bits), dtype.str, "dtype")
 
 
-def to_unit(values: np.ndarray, scaling: Scaling) -> np.ndarray:
-    """float32 intensities in [0, 1] of ``values`` under ``scaling`` (a constant plane gives zeros)."""
+def to_unit(values: np.ndarray, scaling: Scaling, *, clip: bool = True) -> np.ndarray:
+    """float32 intensities in [0, 1] of ``values`` under ``scaling`` (a constant plane gives zeros).
+
+    ``clip=False`` keeps values outside [lo, hi] outside [0, 1]: for a map taken from a sample of the data
+    (a whole slide's, from its thumbnail, whose averaging narrows the range), where clipping would flatten
+    every pixel brighter than the sample's brightest.
+    """
     span = scaling.hi - scaling.lo
     if span <= 0:
         return np.zeros(np.shape(values), np.float32)
     unit = (np.asarray(values, dtype=np.float64) - scaling.lo) / span
-    return np.clip(unit, 0.0, 1.0).astype(np.float32)
+    return (np.clip(unit, 0.0, 1.0) if clip else unit).astype(np.float32)
 
 
-def from_unit(unit: np.ndarray, scaling: Scaling) -> np.ndarray:
-    """Intensities in [0, 1] back to stored values: ``scaling``'s dtype and range, integers rounded."""
+def from_unit(unit: np.ndarray, scaling: Scaling, *, clip: bool = True) -> np.ndarray:
+    """Intensities in [0, 1] back to stored values: ``scaling``'s dtype and range, integers rounded.
+
+    ``clip=False`` maps intensities outside [0, 1] beyond [lo, hi] (see :func:`to_unit`); integers are
+    still clipped to their dtype's range.
+    """
     dtype = np.dtype(scaling.dtype)
-    stored = scaling.lo + np.clip(np.asarray(unit, dtype=np.float64), 0.0, 1.0) * (scaling.hi - scaling.lo)
+    unit = np.asarray(unit, dtype=np.float64)
+    stored = scaling.lo + (np.clip(unit, 0.0, 1.0) if clip else unit) * (scaling.hi - scaling.lo)
     if dtype.kind == "b":
         return stored >= 0.5
     if dtype.kind in "ui":

@@ -18,11 +18,11 @@ with a new no-reference perceptual blur metric"; ``skimage.measure.blur_effect``
 tile's local variation survives a strong re-blur, from 0 (sharp) to 1 (blurred). It is a ratio, so
 stain intensity and contrast cancel. It is measured on each tissue tile at the resolution being restored
 (``focus_downsample`` 1): a 2× reduction already cuts the difference between sharp tissue and a
-σ = 2 px defocus by three, a 4× reduction erases it (docs/slides.md, benchmarks/slide_focus_threshold.py).
+σ = 2 px defocus by three, a 4× reduction erases it (docs/slides.md, benchmarks/cpu/slide_focus_threshold.py).
 
 **Decision.** A tissue tile is blurry when its score exceeds the slide's in-focus reference, the
 25th percentile of all tissue tiles' scores, by ``margin`` (default 0.10, chosen on synthetic
-slides: benchmarks/slide_focus_threshold.py, docs/slides.md). Relative, because the
+slides: benchmarks/cpu/slide_focus_threshold.py, docs/slides.md). Relative, because the
 score of sharp tissue depends on the tissue, the stain and the scanner's optics and compression, while a
 defocus raises it above the slide's own in-focus level; the reference holds as long as at least a
 quarter of the tissue is in focus, which is what a scanner's local focus failures leave. For a slide

@@ -2,34 +2,39 @@
 
 :func:`load_network` wraps a project ``model.pt``, an authors' checkpoint or a released one
 (``dgno.inference.authors``: the authors' 512-px tiles, 32 px overlap, cross-fade) as a
-:class:`SlideNetwork`. Tests and benchmarks build one around any ``(B, C, h, w) → (B, C, h, w)`` callable.
+:class:`SlideNetwork`, after the checks every restoration command makes before its first image
+(``dgno.inference.preflight``: device, threads, tiles). Tests and benchmarks build one around any
+``(B, C, h, w) → (B, C, h, w)`` callable.
 
-Normalisation (:func:`unit_range`) follows how each network was trained: the 3DHistech networks (RGB)
-saw 8-bit values / 255 (``"dtype"``: the dtype's maximum); the BBBC006 networks (one fluorescence
-channel) saw each image min-max normalised (``"minmax"``), which on a slide is done once per slide,
-from the thumbnail of the restored channel, so that every tile is scaled alike and tiles agree where
-they overlap. Values beyond the thumbnail's range (a bright nucleus the thumbnail averaged away) go to
-the network above 1 rather than being clipped, and come back to the slide's dtype, clipped only there.
+Intensities (``dgno.inference.normalisation``): the network sees the [0, 1] values it was trained on,
+by the normalisation its model file records (``--normalise`` overrides it): the 3DHistech networks (RGB)
+saw 8-bit values / 255 (``"dtype"``: the data's full scale); the BBBC006 networks and the demo's (one
+fluorescence channel) saw each image min-max normalised (``"minmax"``). On a slide the map is one
+:class:`~dgno.inference.normalisation.Scaling` for the whole slide (:func:`slide_scaling`), taken from
+the thumbnail of the restored channels, so that every tile is scaled alike and tiles agree where they
+overlap. Values beyond the thumbnail's range (a bright nucleus the thumbnail averaged away) go to the
+network above 1 rather than being clipped, and come back to the slide's dtype, clipped only to its range.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
-from dgno.checkpoint import load_trained, pick_device
+from dgno.checkpoint import load_trained
 from dgno.data.download import sha256_file
+from dgno.inference import normalisation, preflight
 from dgno.inference import authors as released
 from dgno.inference.cuda_graphs import forward_fn
 from dgno.inference.evaluate import default_tile_batch
+from dgno.inference.normalisation import Scaling
 from dgno.io import InputError
 from dgno.slides.grid import to_dtype
 from dgno.slides.reader import SlideInfo
-
-NORMALISATIONS = ("dtype", "minmax")
 
 
 @dataclass(frozen=True)
@@ -64,38 +69,56 @@ def load_network(
     cuda_graphs: bool = False,
     bf16: bool = False,
     threads: int | None = None,
+    normalise: str | None = None,
+    tile: int | None = None,
+    overlap: int | None = None,
 ) -> SlideNetwork:
     """A ``model.pt`` / authors' ``.pth`` (``checkpoint``) or a released network by name (``authors``).
 
-    ``threads``: CPU threads of torch (process-wide; a resumed run on a CPU should use the same number,
-    since the order of a multi-threaded sum can change the last bit of a tile).
+    ``threads``: CPU threads of torch (process-wide; default ``preflight.default_threads``: $OMP_NUM_THREADS,
+    else the CPUs this process may use). A resumed run on a CPU should use the same number, since the
+    order of a multi-threaded sum can change the last bit of a tile. ``normalise``: "minmax" or "dtype"
+    instead of what the model file records. ``tile`` / ``overlap``: instead of the network's own (the
+    authors' 512 / 32 px; 512 / 64 px for a project model). Options and device are checked before the
+    model is read (an :class:`~dgno.io.InputError` naming the option).
     """
     if (checkpoint is None) == (authors is None):
         raise ValueError("give exactly one of checkpoint= and authors=")
-    if threads is not None:
-        if threads < 1:
-            raise InputError(f"--threads {threads}: must be at least 1. Fix: pass --threads 1 or more")
-        torch.set_num_threads(threads)
+    if normalise is not None and normalise not in normalisation.NORMALISATIONS:
+        raise InputError(f"--normalise {normalise}: allowed: {', '.join(normalisation.NORMALISATIONS)}. Fix: leave it out to use the model's own")
+    dev = preflight.check_device(device)
+    preflight.use_threads(preflight.check_threads(threads))
+    preflight.check_tiling(tile=tile, overlap=overlap or 0, tile_batch=tile_batch)  # what was given, before any download
     how = released.released(authors, options=options) if authors else released.local(checkpoint, options=options)
-    dev = pick_device(device)
-    model, _ = load_trained(how.model, dev)
+    model, blob = load_trained(how.model, dev)
+    tile, overlap = tile or how.tile or 512, how.overlap if overlap is None else overlap
+    preflight.check_tiling(tile=tile, overlap=overlap, tile_batch=tile_batch)
     fwd = forward_fn(model, dev, cuda_graphs=cuda_graphs, bf16=bf16)
-    batch = default_tile_batch(dev, tile_batch)
-    if batch < 1:
-        raise InputError(f"--tile-batch {batch}: must be at least 1. Fix: pass --tile-batch 1 or more")
     return SlideNetwork(
         name=how.name,
         channels=int(model.hparams.get("in_channels", 1)),
         forward=lambda x: fwd(x)[-1],
         device=dev,
-        tile=how.tile or 512,
-        overlap=how.overlap,
+        tile=tile,
+        overlap=overlap,
         blend=how.blend,
-        normalise=how.normalise,
+        normalise=normalise or how.normalise or _recorded_normalisation(blob, how.model),
         strict_channels=how.strict_channels,
-        batch=batch,
+        batch=default_tile_batch(dev, tile_batch),
         identity=f"{sha256_file(how.model)}:bf16={bf16}",
     )
+
+
+def _recorded_normalisation(blob: dict, path) -> str:
+    """The normalisation the model file records; the data's full scale (with a note) for a file without one."""
+    try:
+        kind = normalisation.recorded(blob)
+    except ValueError as exc:
+        raise InputError(f"{path}: {exc}. Fix: pass --normalise minmax or dtype") from None
+    if kind is None:
+        print(f"note: {path} records no input normalisation; scaling by the data's full scale (dtype). Pass --normalise minmax if it was trained on per-image min-max data", file=sys.stderr)
+        return normalisation.UNRECORDED
+    return kind
 
 
 def _parse_channel(info: SlideInfo, channel: str) -> int:
@@ -134,32 +157,33 @@ def network_channels(network: SlideNetwork, info: SlideInfo, channel: str | None
     raise InputError(f"{info.path}: a {kind}, but {network.name} restores {network.channels}-channel images. Fix: {fix}")
 
 
-def unit_range(normalise: str, dtype: np.dtype, thumb_values: np.ndarray) -> tuple[float, float]:
-    """(offset, scale): the network sees (x − offset) / scale (module docstring)."""
-    if normalise not in NORMALISATIONS:
-        raise ValueError(f"normalise={normalise!r}; allowed: {', '.join(map(repr, NORMALISATIONS))}")
-    if normalise == "minmax":
-        lo, hi = float(np.min(thumb_values)), float(np.max(thumb_values))
-        return lo, (hi - lo) if hi > lo else 1.0
-    return 0.0, float(np.iinfo(dtype).max) if np.dtype(dtype).kind in "ui" else 1.0
+def slide_scaling(network: SlideNetwork, info: SlideInfo, thumb_values: np.ndarray) -> Scaling:
+    """The one map of a slide's restored channels into the network's [0, 1] (module docstring).
+
+    ``thumb_values``: the thumbnail's pixels of those channels (block means, float), rounded back to the
+    slide's dtype so that the map is the one ``dgno deblur`` would take of an image of these values.
+    """
+    try:
+        scaling = normalisation.scaling_for(to_dtype(thumb_values, info.dtype), network.normalise)
+    except ValueError as exc:
+        raise InputError(f"{info.path}: {exc}. Fix: convert the slide to integers or finite floats") from None
+    return scaling if scaling.hi > scaling.lo else replace(scaling, hi=scaling.lo + 1.0)  # a flat thumbnail: the identity map
 
 
 @torch.no_grad()
-def restore_batch(network: SlideNetwork, tiles: np.ndarray, unit: tuple[float, float], *, where: str) -> np.ndarray:
+def restore_batch(network: SlideNetwork, tiles: np.ndarray, scaling: Scaling, *, where: str) -> np.ndarray:
     """(k, h, w, C) tiles in the slide's dtype → their restorations, same shape and dtype.
 
     The batch is filled up to ``network.batch`` with copies of its last tile, so the network always
     sees one shape (and a resumed run the same batches). ``where`` names the tiles in an error.
     """
-    offset, scale = unit
     k = tiles.shape[0]
-    x = torch.from_numpy(np.ascontiguousarray(tiles.transpose(0, 3, 1, 2), dtype=np.float32))
-    x = (x - offset) / scale
+    unit = normalisation.to_unit(tiles.transpose(0, 3, 1, 2), scaling, clip=False)
+    x = torch.from_numpy(np.ascontiguousarray(unit))
     if k < network.batch:
         x = torch.cat([x, x[-1:].expand(network.batch - k, -1, -1, -1)])
     y = network.forward(x.to(network.device))[:k].float().cpu()
     bad = int((~torch.isfinite(y)).sum())
     if bad:
         raise InputError(f"{where}: the network's output holds {bad} NaN/Inf value(s) (a diverged or corrupt model). Fix: check the checkpoint")
-    y = y.numpy().transpose(0, 2, 3, 1) * scale + offset
-    return to_dtype(y, tiles.dtype)
+    return normalisation.from_unit(y.numpy().transpose(0, 2, 3, 1), scaling, clip=False)

@@ -4,7 +4,8 @@
   and in the title how many tiles were restored of how many tissue tiles, and by which rule.
 * ``<name>.before_after.png``: the restored tile that scored most blurred, before and after, at full
   resolution (a thumbnail cannot show a defocus), with the restored channel's contrast stretched for
-  fluorescence.
+  fluorescence; with no tile restored, the tissue tile that scored most blurred, unchanged, so that
+  every run has the same files (the workflow's rule declares them).
 """
 
 from __future__ import annotations

@@ -153,11 +153,19 @@ def _series_shape(layout: OutputLayout, size: tuple[int, int]) -> tuple[int, ...
     return (*size, n) if layout.photometric in ("rgb", "rgba") else (size if n == 1 else (n, *size))
 
 
-def write_pyramid(path: Path, layout: OutputLayout, source: TileSource, *, scratch: Path, compression: str = "zlib", key: str = "", workers: int = 2) -> None:
+def tile_count(layout: OutputLayout) -> int:
+    """How many tiles the pyramid of ``layout`` holds, over every level and written page."""
+    return len(layout.planes) * sum(-(-h // OUT_TILE) * -(-w // OUT_TILE) for h, w in layout.level_sizes())
+
+
+def write_pyramid(
+    path: Path, layout: OutputLayout, source: TileSource, *, scratch: Path, compression: str = "zlib", key: str = "", workers: int = 2, written: Callable[[], None] | None = None
+) -> None:
     """Write the OME-TIFF pyramid of the level-0 tiles ``source(plane, i, j)`` to ``path`` (module docstring).
 
     ``scratch``: a folder for the reduced levels' stores (removed blocks, not the folder). ``key``:
-    determines the OME UUID (same key, same bytes).
+    determines the OME UUID (same key, same bytes). ``written``: called once per tile handed to the
+    writer, of every level (:func:`tile_count` in all), for a progress indication.
     """
     check_choice("compression", compression, COMPRESSIONS)
     if compression == "jpeg" and not (layout.photometric == "rgb" and layout.dtype == np.uint8):
@@ -175,7 +183,7 @@ def write_pyramid(path: Path, layout: OutputLayout, source: TileSource, *, scrat
                     below = [_LevelStore(scratch / f"level{level + 1}-plane{p}.raw", sizes[level + 1], len(pl), layout.dtype) for p, pl in enumerate(planes)]
                     open_stores.extend(below)
                 read = source if held is None else _store_reader(held)
-                tiles = _tiles(read, size, len(planes), below, squeeze=layout.photometric not in ("rgb", "rgba"))
+                tiles = _tiles(read, size, len(planes), below, squeeze=layout.photometric not in ("rgb", "rgba"), written=written)
                 extra = {"subifds": len(sizes) - 1, "metadata": _ome_metadata(layout, key)} if level == 0 else {"subfiletype": 1, "metadata": None}
                 tw.write(tiles, shape=_series_shape(layout, size), **_options(layout, compression, level, workers), **extra)
                 for store in held or []:
@@ -191,7 +199,7 @@ def _store_reader(stores: list[_LevelStore]) -> TileSource:
     return lambda p, i, j: stores[p].tile(i, j)
 
 
-def _tiles(read: TileSource, size: tuple[int, int], n_planes: int, below: list[_LevelStore] | None, *, squeeze: bool) -> Iterator[np.ndarray]:
+def _tiles(read: TileSource, size: tuple[int, int], n_planes: int, below: list[_LevelStore] | None, *, squeeze: bool, written: Callable[[], None] | None) -> Iterator[np.ndarray]:
     """Tiles of one level in tifffile's order, each also reduced into the next level's store."""
     rows, cols = -(-size[0] // OUT_TILE), -(-size[1] // OUT_TILE)
     for p in range(n_planes):
@@ -200,4 +208,6 @@ def _tiles(read: TileSource, size: tuple[int, int], n_planes: int, below: list[_
                 tile = read(p, i, j)
                 if below is not None:
                     below[p].put(i // 2, j // 2, (i % 2) * 2 + (j % 2), reduce2(tile))
+                if written is not None:  # before the yield: tifffile stops asking once it has a level's last tile
+                    written()
                 yield tile[..., 0] if squeeze else tile

@@ -31,10 +31,12 @@ from tqdm import tqdm
 
 from dgno import provenance
 from dgno.choices import check_choice
+from dgno.inference.normalisation import Scaling
 from dgno.io import InputError, write_csv, write_json
 from dgno.slides import focus as fm
 from dgno.slides.grid import TileGrid
-from dgno.slides.network import SlideNetwork, network_channels, restore_batch, unit_range
+from dgno.slides.inputs import slide_name
+from dgno.slides.network import SlideNetwork, network_channels, restore_batch, slide_scaling
 from dgno.slides.pictures import before_after, display, focus_map, stretch
 from dgno.slides.pyramid import COMPRESSIONS, OutputLayout
 from dgno.slides.reader import Slide, SlideInfo, TiffSlide, open_slide
@@ -42,7 +44,6 @@ from dgno.slides.run import RunPlan, run_restoration
 from dgno.slides.work import WorkFolder
 
 ANALYSIS_VERSION = 1
-_SUFFIXES = (".ome.tiff", ".ome.tif", ".ome.btf")
 
 
 @dataclass(frozen=True)
@@ -55,15 +56,6 @@ class OutputFiles:
     before_after: Path
     summary: Path
     work: Path
-
-
-def slide_name(path: Path) -> str:
-    """The slide's name without its extension(s): ``a.ome.tif`` → ``a``, ``b.svs`` → ``b``."""
-    name = path.name
-    for suffix in _SUFFIXES:
-        if name.lower().endswith(suffix):
-            return name[: -len(suffix)]
-    return path.stem
 
 
 def output_files(path: Path, output_dir: Path) -> OutputFiles:
@@ -126,21 +118,22 @@ def peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
-def _tile_seconds(slide: Slide, level: int, grid: TileGrid, network: SlideNetwork, channels: tuple[int, ...], unit, tile: tuple[int, int]) -> float:
+def _tile_seconds(slide: Slide, level: int, grid: TileGrid, network: SlideNetwork, channels: tuple[int, ...], scaling: Scaling, tile: tuple[int, int]) -> float:
     """Seconds per tile of the network on this machine: one untimed batch (warm-up), then one timed."""
     pixels = slide.read(level, *grid.box(*tile), channels)
     batch = np.stack([pixels] * network.batch)
-    restore_batch(network, batch, unit, where=str(slide.info.path))
+    restore_batch(network, batch, scaling, where=str(slide.info.path))
     t0 = time.perf_counter()
-    restore_batch(network, batch, unit, where=str(slide.info.path))
+    restore_batch(network, batch, scaling, where=str(slide.info.path))
     return (time.perf_counter() - t0) / network.batch
 
 
-def _before_after(files: OutputFiles, slide: Slide, level: int, grid: TileGrid, d: fm.Decisions, channel: int) -> bool:
-    """Write the before/after picture of the most blurred restored tile; False when nothing was restored."""
-    if not d.restored.any():
-        return False
-    scores = np.where(d.restored, np.nan_to_num(d.scores, nan=-1.0), -np.inf)
+def _before_after(files: OutputFiles, slide: Slide, level: int, grid: TileGrid, d: fm.Decisions, channel: int) -> None:
+    """Write the before/after picture of the most blurred restored tile; with no tile restored, of the most
+    blurred tissue tile (or the first tile of a slide without tissue), as written: unchanged."""
+    restored = bool(d.restored.any())
+    pool = d.restored if restored else (d.labels != fm.LABELS[0])
+    scores = np.where(pool if pool.any() else True, np.nan_to_num(d.scores, nan=-1.0), -np.inf)
     r, c = np.unravel_index(int(np.argmax(scores)), scores.shape)
     box = grid.box(int(r), int(c))
     info = slide.info
@@ -148,9 +141,10 @@ def _before_after(files: OutputFiles, slide: Slide, level: int, grid: TileGrid, 
         after = out.read(0, *box)
     before = slide.read(level, *box)
     show = dict(photometric=info.photometric, channel=channel, dtype=info.dtype, limits=stretch(before, channel))  # one contrast for both
-    title = f"{info.path.name}: tile ({r}, {c}) at y {box[0]}, x {box[1]}, focus score {d.scores[r, c]:.3f}"
+    score = f"focus score {d.scores[r, c]:.3f}" if np.isfinite(d.scores[r, c]) else "no tissue"
+    what = "" if restored else "no tile restored, unchanged: "
+    title = f"{info.path.name}: {what}tile ({r}, {c}) at y {box[0]}, x {box[1]}, {score}"
     before_after(files.before_after, display(before, **show), display(after, **show), title=title)
-    return True
 
 
 def _title(info: SlideInfo, d: fm.Decisions, network: SlideNetwork) -> str:
@@ -227,7 +221,7 @@ class _Decided:
     level: int
     grid: TileGrid
     channels: tuple[int, ...]
-    unit: tuple[float, float]
+    scaling: Scaling
     decisions: fm.Decisions
     seconds: float
 
@@ -247,11 +241,11 @@ def _decide(slide: Slide, files: OutputFiles, network: SlideNetwork, work: WorkF
     grid = TileGrid.over(*info.levels[lv], tile=network.tile, overlap=network.overlap)
     tissue, scores, thumb, mask = _analysis(slide, lv, grid, work, channel=channels[0], focus_downsample=opts["focus_downsample"], workers=opts["workers"], progress=opts["progress"])
     d = fm.decide(tissue, scores, restore=opts["restore"], min_tissue=opts["min_tissue"], threshold=opts["threshold"], margin=opts["margin"])
-    unit = unit_range(network.normalise, info.dtype, thumb.image[..., list(channels)])
+    scaling = slide_scaling(network, info, thumb.image[..., list(channels)])
     write_csv(files.tiles, fm.decisions_frame(grid, d))
     picture = display(thumb.image, photometric=info.photometric, channel=channels[0], dtype=info.dtype)
     focus_map(files.focus_map, thumb, mask, grid, d, picture=picture, title=_title(info, d, network))
-    return _Decided(lv, grid, channels, unit, d, time.perf_counter() - t0)
+    return _Decided(lv, grid, channels, scaling, d, time.perf_counter() - t0)
 
 
 def _restored_area(grid: TileGrid, restored: np.ndarray) -> int:
@@ -269,7 +263,7 @@ def _summary_base(info: SlideInfo, files: OutputFiles, network: SlideNetwork, dc
         "dtype": str(info.dtype), "channels": list(info.channel_names), "restored_channels": [info.channel_names[c] for c in dc.channels],
         "mpp": list(mpp) if mpp else None, "network": network.name, "device": str(network.device), "tile": network.tile,
         "overlap": network.overlap, "blend": network.blend, "batch": network.batch,
-        "normalisation": {"kind": network.normalise, "offset": dc.unit[0], "scale": dc.unit[1]},
+        "normalisation": {"kind": dc.scaling.kind, "lo": dc.scaling.lo, "hi": dc.scaling.hi, "fallback": dc.scaling.fallback},
         "restore": opts["restore"], "min_tissue": opts["min_tissue"],
         "focus": {"measure": "blur effect (Crete-Roffet et al. 2007, skimage.measure.blur_effect): 0 sharp ... 1 blurred",
                   "downsample": opts["focus_downsample"], "reference": d.reference, "margin": opts["margin"], "threshold": d.threshold, "rule": d.rule},
@@ -286,7 +280,7 @@ def _dry_run(slide: Slide, network: SlideNetwork, dc: _Decided, base: dict, file
     restored = dc.restored
     d = dc.decisions
     any_tissue = restored[:1] or [(int(r), int(c)) for r, c in zip(*np.nonzero(d.labels != fm.LABELS[0]))][:1] or [(0, 0)]
-    per_tile = _tile_seconds(slide, dc.level, dc.grid, network, dc.channels, dc.unit, any_tissue[0])
+    per_tile = _tile_seconds(slide, dc.level, dc.grid, network, dc.channels, dc.scaling, any_tissue[0])
     estimate = len(restored) * per_tile
     summary = {**base, "dry_run": True, "seconds_analysis": dc.seconds, "seconds_per_tile": per_tile, "estimated_seconds": estimate,
                "estimated_seconds_per_megapixel": estimate / base["restored_megapixels"] if base["restored_megapixels"] else None}  # fmt: skip
@@ -297,7 +291,7 @@ def _dry_run(slide: Slide, network: SlideNetwork, dc: _Decided, base: dict, file
 def _run_key(base: dict, network: SlideNetwork, dc: _Decided, compression: str) -> str:
     """What the finished batches and the output bytes depend on: same key, same file."""
     parts = {"slide": base["slide"], "level": dc.level, "size": base["level_size"], "network": network.identity or network.name,
-             "batch": network.batch, "blend": network.blend, "tile": network.tile, "overlap": network.overlap, "unit": list(dc.unit),
+             "batch": network.batch, "blend": network.blend, "tile": network.tile, "overlap": network.overlap, "scaling": [dc.scaling.kind, dc.scaling.lo, dc.scaling.hi],
              "channels": list(dc.channels), "restored": dc.restored, "compression": compression}  # fmt: skip
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
@@ -310,11 +304,11 @@ def _restore(slide: Slide, files: OutputFiles, network: SlideNetwork, opts: dict
         base = _summary_base(slide.info, files, network, dc, opts)
         if opts["dry_run"]:
             return _dry_run(slide, network, dc, base, files)
-        plan = RunPlan(slide, dc.level, dc.grid, network, dc.channels, dc.unit, dc.restored, _layout(slide.info, dc.level), work,
+        plan = RunPlan(slide, dc.level, dc.grid, network, dc.channels, dc.scaling, dc.restored, _layout(slide.info, dc.level), work,
                        opts["compression"], _run_key(base, network, dc, opts["compression"]), workers=opts["workers"], progress=opts["progress"])  # fmt: skip
         stats = run_restoration(plan)
         os.replace(work.output, files.slide)
-        pictured = _before_after(files, slide, dc.level, dc.grid, dc.decisions, dc.channels[0])
+        _before_after(files, slide, dc.level, dc.grid, dc.decisions, dc.channels[0])
         work.remove()
     seconds = time.perf_counter() - t0
     computed, net = stats["tiles_computed"], stats["network_seconds"]
@@ -323,6 +317,6 @@ def _restore(slide: Slide, files: OutputFiles, network: SlideNetwork, opts: dict
                "tiles_per_second": computed / stats["seconds"] if computed else None,
                "seconds_per_megapixel": seconds / base["restored_megapixels"] if base["restored_megapixels"] else None,
                "tiles_computed": computed, "tiles_reused": stats["tiles_reused"], "peak_memory_mb": peak_memory_mb()}  # fmt: skip
-    summary["files"]["before_after"] = str(files.before_after) if pictured else None
+    summary["files"]["before_after"] = str(files.before_after)
     write_json(files.summary, summary)
     return summary

@@ -9,7 +9,9 @@ The writer walks the output in its own order (512-px tiles, channel by channel, 
 blends every restored tile it meets from the batches on disk (a few kept in memory), so neither the
 network's tiles nor the output are ever held whole. A SIGTERM or SIGINT (SLURM's time limit, Ctrl-C)
 stops the run at the next batch with :class:`SlideInterrupted`; the batches already on disk are kept for
-the next run (``dgno.slides.work``).
+the next run (``dgno.slides.work``). Progress: a bar of the restored tiles (tiles/s, time left), then one
+of the output tiles written, for the writer's tail (the rest of level 0 and the reduced levels) after
+the network's last batch.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
+from dgno.inference.normalisation import Scaling
 from dgno.inference.pipeline import run_pipeline
 from dgno.slides.grid import Blender, TileGrid
 from dgno.slides.network import SlideNetwork, restore_batch
-from dgno.slides.pyramid import OUT_TILE, OutputLayout, write_pyramid
+from dgno.slides.pyramid import OUT_TILE, OutputLayout, tile_count, write_pyramid
 from dgno.slides.reader import Slide
 from dgno.slides.work import Aborted, WorkFolder
 
@@ -48,7 +51,7 @@ class RunPlan:
     grid: TileGrid
     network: SlideNetwork
     channels: tuple[int, ...]  # slide channels through the network
-    unit: tuple[float, float]
+    scaling: Scaling  # the slide's one map into the network's [0, 1]
     restored: list[tuple[int, int]]  # network tiles to restore, in raster order
     layout: OutputLayout
     work: WorkFolder
@@ -92,14 +95,18 @@ class _Writer(threading.Thread):
         for rc in plan.restored:
             self.is_restored[rc] = True
         self.cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.written = 0  # output tiles handed to tifffile, of every level (read by the caller's progress bar)
 
     def run(self) -> None:
         p = self.plan
         try:
             p.work.levels.mkdir(parents=True, exist_ok=True)
-            write_pyramid(p.work.output, p.layout, self.tile, scratch=p.work.levels, compression=p.compression, key=p.key, workers=p.workers)
+            write_pyramid(p.work.output, p.layout, self.tile, scratch=p.work.levels, compression=p.compression, key=p.key, workers=p.workers, written=self._count)
         except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
             self.error = exc
+
+    def _count(self) -> None:
+        self.written += 1
 
     def _batch(self, k: int) -> np.ndarray:
         if k not in self.cache:
@@ -137,6 +144,18 @@ def _read_batch(plan: RunPlan, k: int) -> np.ndarray:
     return np.stack([plan.slide.read(plan.level, *g.box(r, c), plan.channels) for r, c in plan.batches[k]])
 
 
+def _finish_writing(plan: RunPlan, writer: _Writer, signalled: threading.Event) -> None:
+    """Wait for the writer's tail (the rest of level 0 and the reduced levels, after the network is done),
+    with a bar of the output tiles written; a signal stops the wait with :class:`SlideInterrupted`."""
+    total = tile_count(plan.layout)
+    with tqdm(total=total, initial=min(writer.written, total), unit="tile", desc=f"write {plan.slide.info.path.name}", disable=not plan.progress) as bar:
+        while writer.is_alive():
+            writer.join(timeout=0.2)
+            bar.update(min(writer.written, total) - bar.n)
+            if signalled.is_set():
+                raise SlideInterrupted(f"stopped by a signal while writing, after all {len(plan.restored)} tiles were restored")
+
+
 def run_restoration(plan: RunPlan) -> dict:
     """Restore the planned tiles and write the output into the work folder; seconds and tile counts.
 
@@ -157,7 +176,7 @@ def run_restoration(plan: RunPlan) -> dict:
         if writer.error is not None:
             raise writer.error
         t0 = time.perf_counter()
-        out = restore_batch(plan.network, tiles, plan.unit, where=f"{plan.slide.info.path} batch {k}")
+        out = restore_batch(plan.network, tiles, plan.scaling, where=f"{plan.slide.info.path} batch {k}")
         network_seconds[0] += time.perf_counter() - t0
         return out
 
@@ -174,10 +193,8 @@ def run_restoration(plan: RunPlan) -> dict:
             missing = [k for k in range(len(batches)) if not plan.work.is_done(k)]
             if missing:  # the writer would wait for them forever
                 raise RuntimeError(f"batches {missing[:5]} were not restored")
-            while writer.is_alive():
-                writer.join(timeout=0.2)
-                if signalled.is_set():
-                    raise SlideInterrupted(f"stopped by a signal while writing, after all {len(plan.restored)} tiles were restored")
+            bar.close()
+            _finish_writing(plan, writer, signalled)
     finally:
         stop.set()
         writer.join()

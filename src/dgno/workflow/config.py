@@ -59,7 +59,7 @@ def _message(err: jsonschema.ValidationError, schema: dict) -> str:
             if "enum" in s:
                 options += map(repr, s["enum"])
             else:
-                options.append(repr(s["const"]) if "const" in s else s.get("type", "?"))
+                options.append(repr(s["const"]) if "const" in s else s.get("title") or s.get("type", "?"))
         return f"config key {key}: {err.instance!r} is not allowed; expected one of: {', '.join(map(str, options))}"
     if err.validator == "pattern":
         return f"config key {key}: {err.instance!r} must match {err.validator_value} (lower-case letters, digits, _ . -)"
@@ -233,6 +233,7 @@ def _check_references(cfg: dict) -> None:
             raise ConfigError(f"config key protocol.{path}: names no setting of this config. Fix: use the dotted path of a key, e.g. train.grad_clip")
     _check_experiment_settings(cfg)
     _check_authors(cfg)
+    _check_slides(cfg)
     for exp, spec in cfg["experiments"].items():
         _check_experiment_names(cfg, exp, spec)
     if "robustness" in cfg["experiments"]:
@@ -318,6 +319,29 @@ def _check_authors(cfg: dict) -> None:
                 f"config key authors.methods: {m!r} has no authors' weights (methods.{m}.authors_checkpoints); "
                 f"allowed values: {', '.join(with_weights) or 'none defined'}"
             )
+
+
+def _check_slides(cfg: dict) -> None:
+    """The slides block lists at least one slide, one level choice, and a network of this config when it names one."""
+    block = cfg.get("slides")
+    if block is None:
+        return
+    if not block["inputs"] and not block["synthetic"]:
+        raise ConfigError("config key slides: lists no slide. Fix: add slide files or patterns to slides.inputs (or a generated slide under slides.synthetic), or remove the block")
+    if block["level"] is not None and block["mpp"] is not None:
+        raise ConfigError("config key slides.mpp: given together with slides.level. Fix: keep only one of them")
+    net = block["network"]
+    if "method" not in net:
+        return
+    method, dataset = net["method"], net["dataset"]
+    if method not in cfg["methods"]:
+        raise ConfigError(f"config key slides.network.method: {method!r} is not defined; defined methods: {', '.join(cfg['methods'])}")
+    if dataset not in cfg["datasets"]:
+        raise ConfigError(f"config key slides.network.dataset: {dataset!r} is not defined; defined datasets: {', '.join(cfg['datasets'])}")
+    official = cfg["methods"][method].get("official")
+    source = cfg["datasets"][dataset].get("trained_on", dataset)
+    if official is not None and source not in official:
+        raise ConfigError(f"config key slides.network: {method!r} has no authors' checkpoint for dataset {source!r} (methods.{method}.official names {', '.join(official)}). Fix: choose one of those datasets")
 
 
 def _check_bbbc006_dataset(name: str, ds: dict) -> None:

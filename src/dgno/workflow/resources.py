@@ -77,6 +77,10 @@ PAPER: dict[str, Request] = {
     "figure_operators": Request(4, 16000, 120, gpu=True),
     "figure_lam": Request(4, 16000, 120, gpu=True),
     "cost_vs_resolution": Request(4, 32000, 240, gpu=True),
+    # whole slides: the network on the GPU, beside threads that read, scan focus and compress the pyramid; memory
+    # does not grow with the slide (about 1 GB measured up to 67 megapixels, benchmarks/results/slides_memory.json)
+    "slide_synthetic": Request(1, 4000, 30),
+    "restore_slide": Request(8, 16000, 720, gpu=True),
     "figure_psnr_params": FIGURE,
     "runtime_memory": FIGURE,
     # tables, figures, report

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from dgno.experiments import catalogue
-from dgno.workflow import authors
+from dgno.workflow import authors, slides
 from dgno.workflow.plan import (
     Config,
     experiment_dataset_set,
@@ -41,6 +41,8 @@ def experiment_targets(config: Config, name: str) -> list[str]:
     files = catalogue.table_files(entry.table_name) if entry.table_name in catalogue.tables(config) else []
     if entry.config_key == "experiments":
         files += catalogue.figure_files(config, entry.name) + catalogue.other_files(config, entry.name)
+    if entry.config_key == "slides":
+        files += slides.targets(config)
     return files
 
 

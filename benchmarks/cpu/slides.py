@@ -1,7 +1,7 @@
 """Whole-slide restoration on this machine: time per megapixel at paper scale, and peak memory against slide area.
 
-Usage: python benchmarks/bench_slides.py cpu    [--threads 2] [--side 1024] [--out benchmarks/results/slides_cpu.json]
-       python benchmarks/bench_slides.py memory [--sides 1024 2048 4096] [--out benchmarks/results/slides_memory.json]
+Usage: python -m benchmarks.cpu.slides cpu    [--threads 2] [--side 1024] [--out benchmarks/results/slides_cpu.json]
+       python -m benchmarks.cpu.slides memory [--sides 1024 2048 4096] [--out benchmarks/results/slides_memory.json]
 
 ``cpu``: the authors' 3DHistech network (DGNO-Cell, 3 channels, paper scale, 12.8 M parameters; random
 weights: speed does not depend on them) with their tile protocol (512 px, 32 px overlap, cross-fade,
@@ -16,7 +16,9 @@ size of this process, which forks it after rendering the slide) and the peak of 
 streaming part's own allocations (tracemalloc of the network/writer stage). The goal is a flat line:
 peak RSS for 4× the area within 10 %.
 
-Every result records the machine, its load average and the library versions. Not a test: minutes.
+Every result records the machine, its load average (before and after) and the library versions. Not a
+test: minutes (``cpu`` at side 1024 on 2 cores: about a quarter of an hour). ``benchmarks.gpu.slides``
+measures the same on a GPU.
 """
 
 from __future__ import annotations
@@ -32,32 +34,32 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+from dgno import provenance
+from dgno.data.slides import BlurRegion, brightfield_tissue, write_slide
+from dgno.inference.cuda_graphs import forward_fn
+from dgno.inference.authors import AUTHORS_TILES
+from dgno.models.authors import model_from_options, released_networks
+from dgno.models.overrides import registry_overrides
+from dgno.models.registry import build_model
+from dgno.slides.network import SlideNetwork
+from dgno.slides.restore import restore_slide
 
-from dgno import provenance  # noqa: E402
-from dgno.data.slides import BlurRegion, brightfield_tissue, write_slide  # noqa: E402
+SRC = Path(__file__).resolve().parents[2] / "src"  # this checkout's package, for the measured child processes
 
 
-def paper_network(device: str = "cpu", *, batch: int = 1, seed: int = 0, cuda_graphs: bool = False, bf16: bool = False):
-    """The authors' DGNO_3DHistech_Cell network at paper scale with random weights, as ``--authors`` applies it."""
-    import torch
-
-    from dgno.inference.authors import AUTHORS_TILES
-    from dgno.inference.cuda_graphs import forward_fn
-    from dgno.models.authors import model_from_options, released_networks
-    from dgno.models.overrides import registry_overrides
-    from dgno.models.registry import build_model
-    from dgno.slides.network import SlideNetwork
-
+def paper_network(device: str = "cpu", *, batch: int = 1, seed: int = 0, scale: str = "paper", cuda_graphs: bool = False, bf16: bool = False) -> SlideNetwork:
+    """The authors' DGNO_3DHistech_Cell network (at ``scale``: paper, or smoke for a check of a script) with random
+    weights, as ``--authors`` applies it: their tiles, blend and 8-bit / 255 scaling."""
     torch.manual_seed(seed)
     name, channels, overrides = model_from_options(released_networks()["DGNO_3DHistech_Cell"])
     dev = torch.device(device)
-    model = build_model(name, scale="paper", in_channels=channels, **registry_overrides(overrides)).to(dev).eval()
+    widths = registry_overrides(overrides) if scale == "paper" else {}  # the released widths are the paper scale's
+    model = build_model(name, scale=scale, in_channels=channels, **widths).to(dev).eval()
     fwd = forward_fn(model, dev, cuda_graphs=cuda_graphs, bf16=bf16)
-    return SlideNetwork(name="DGNO_3DHistech_Cell (random weights)", channels=channels, forward=lambda x: fwd(x)[-1], device=dev,
-                        normalise="dtype", strict_channels=True, batch=batch, identity=f"random-{seed}", **AUTHORS_TILES)  # fmt: skip
+    return SlideNetwork(name=f"DGNO_3DHistech_Cell ({scale} scale, random weights)", channels=channels, forward=lambda x: fwd(x)[-1], device=dev,
+                        normalise="dtype", strict_channels=True, batch=batch, identity=f"random-{scale}-{seed}", **AUTHORS_TILES)  # fmt: skip
 
 
 def synthetic_slide(path: Path, side: int, *, seed: int = 4) -> Path:
@@ -68,29 +70,26 @@ def synthetic_slide(path: Path, side: int, *, seed: int = 4) -> Path:
 
 
 def machine() -> dict:
-    return {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(), "load_average_1_5_15": list(os.getloadavg())}
+    """The host and how busy it is (``uptime``'s load averages: a timing on shared cores means little without them)."""
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+    return {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(), "load_average_1_5_15": list(os.getloadavg()), "uptime": uptime}
 
 
 def bench_cpu(args: argparse.Namespace) -> dict:
-    import torch
-
-    from dgno.slides.restore import restore_slide
-
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         src = synthetic_slide(Path(tmp) / "slide.tif", args.side)
         before = machine()
-        summary = restore_slide(src, Path(tmp) / "out", network=paper_network(), restore="all", workers=args.threads, progress=True)
+        summary = restore_slide(src, Path(tmp) / "out", network=paper_network(scale=args.scale), restore="all", workers=args.threads, progress=True)
     keys = ("tiles", "restored_megapixels", "seconds", "seconds_analysis", "seconds_network", "share_outside_network", "tiles_per_second",
             "seconds_per_megapixel", "peak_memory_mb", "tile", "overlap", "blend", "batch", "device")  # fmt: skip
     result = {k: summary[k] for k in keys}
     result["seconds_per_tile_network"] = summary["seconds_network"] / max(summary["tiles_computed"], 1)
-    return {"kind": "cpu", "side": args.side, "threads": args.threads, **result, "load_before": before, "load_after": machine(), "provenance": summary["provenance"]}
+    return {"kind": "cpu", "side": args.side, "threads": args.threads, "scale": args.scale, **result, "load_before": before, "load_after": machine(), "provenance": summary["provenance"]}
 
 
 MEMORY_CHILD = r"""
 import sys, tracemalloc, torch
-sys.path.insert(0, sys.argv[3])
 from dgno.inference.authors import AUTHORS_TILES
 from dgno.slides import restore
 from dgno.slides.network import SlideNetwork
@@ -115,8 +114,8 @@ def bench_memory(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for side in args.sides:
             src = synthetic_slide(Path(tmp) / f"slide{side}.tif", side)
-            env = {**os.environ, "OMP_NUM_THREADS": "1"}
-            done = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(src), str(Path(tmp) / f"out{side}"), str(ROOT / "src")], env=env, capture_output=True, text=True, check=False)
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))}
+            done = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(src), str(Path(tmp) / f"out{side}")], env=env, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 raise SystemExit(done.stderr[-3000:])
             rss, traced, seconds, tiles = map(float, done.stdout.split()[-4:])
@@ -132,12 +131,13 @@ def main() -> None:
     p.add_argument("kind", choices=["cpu", "memory"])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--side", type=int, default=1024)
+    p.add_argument("--scale", choices=["paper", "smoke"], default="paper", help="cpu: the network's scale (smoke: a check of the script in seconds)")
     p.add_argument("--sides", type=int, nargs="+", default=[1024, 2048, 4096])
     p.add_argument("--out")
     args = p.parse_args()
     t0 = time.perf_counter()
     result = bench_cpu(args) if args.kind == "cpu" else bench_memory(args)
-    result.update(command=" ".join(["python", *sys.argv]), wall_seconds=time.perf_counter() - t0)
+    result.update(command=" ".join(["python -m benchmarks.cpu.slides", *sys.argv[1:]]), wall_seconds=time.perf_counter() - t0)
     out = Path(args.out or f"benchmarks/results/slides_{args.kind}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=lambda o: o.item() if isinstance(o, np.generic) else str(o)) + "\n")

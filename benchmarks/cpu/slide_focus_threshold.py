@@ -1,7 +1,7 @@
 """How the default focus rule of ``dgno deblur-slide`` was chosen: scores of sharp and blurred tiles on synthetic slides.
 
-Usage: python benchmarks/slide_focus_threshold.py [--seeds 4 1 25] [--sigmas 1 1.5 2 3 4]
-                                                  [--out benchmarks/results/slide_focus_threshold.json]
+Usage: python -m benchmarks.cpu.slide_focus_threshold [--seeds 4 1 25] [--sigmas 1 1.5 2 3 4]
+                                                      [--out benchmarks/results/slide_focus_threshold.json]
 
 For each modality (brightfield H&E-like RGB with JPEG tiles; two-channel 16-bit fluorescence OME-TIFF),
 seed and defocus σ (pixels of level 0), a 1600 × 2048 slide is written with three regions blurred by a
@@ -126,7 +126,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         result = study(args.seeds, args.sigmas, Path(tmp))
     result.update(chosen=choose(result["rows"]), reference_percentile=fm.REFERENCE_PERCENTILE, min_tissue=fm.MIN_TISSUE, tile=TILE, overlap=OVERLAP,
-                  seeds=args.seeds, seconds=time.perf_counter() - t0, machine=platform.processor() or platform.machine(), command=" ".join(["python", *sys.argv]))  # fmt: skip
+                  seeds=args.seeds, seconds=time.perf_counter() - t0, machine=platform.processor() or platform.machine(), command=" ".join(["python -m benchmarks.cpu.slide_focus_threshold", *sys.argv[1:]]))  # fmt: skip
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     for r in result["rows"]:

@@ -1,0 +1,96 @@
+"""The report's section of the whole-slide restorations (the config's ``slides`` block, catalogue entry ``slides``).
+
+Built from what each slide's job wrote (``dgno.slides.restore``): its ``summary.json`` gives one row of
+the table (tiles of the slide, of its tissue, found blurry and restored; the share of the tissue
+restored; the throughput and where the time went), its focus map and before/after pictures follow.
+A slide whose job has not run is a row that says so, with the command that runs it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dgno.experiments import catalogue
+from dgno.io import read_json
+from dgno.report.section import Figure, Section, experiment_section, figure
+from dgno.slides.inputs import slide_names
+
+HEADERS = [
+    "slide", "network, device", "tiles: all / tissue / blurry / restored", "tissue restored", "restored (megapixels)",
+    "time (s)", "network tiles/s", "s per megapixel restored", "time outside the network", "peak memory (MB)",
+]  # fmt: skip
+
+
+def network_label(config: dict[str, Any]) -> str:
+    """The network of the slides block as the report names it: a released name, a file, or a method and its dataset."""
+    net = config["slides"]["network"]
+    if "authors" in net:
+        return f"{net['authors']} (the authors' released weights)"
+    if "checkpoint" in net:
+        return f"the checkpoint {net['checkpoint']}"
+    return f"{config['methods'][net['method']].get('label', net['method'])} as trained on {net['dataset']} by this workflow"
+
+
+def _number(value: float | None, digits: int) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def slide_row(name: str, summary: dict[str, Any]) -> list[str]:
+    """One slide's row of the table from its summary.json."""
+    t = summary["tiles"]
+    return [
+        name, f"{summary['network']}, {summary['device']}", f"{t['total']} / {t['tissue']} / {t['blurry']} / {t['restored']}",
+        f"{100 * summary['tissue_restored_fraction']:.1f} %", _number(summary["restored_megapixels"], 3), _number(summary["seconds"], 1),
+        _number(summary["tiles_per_second"], 3), _number(summary["seconds_per_megapixel"], 1),
+        "—" if summary["share_outside_network"] is None else f"{100 * summary['share_outside_network']:.1f} %", _number(summary["peak_memory_mb"], 0),
+    ]  # fmt: skip
+
+
+def _rule(block: dict[str, Any]) -> str:
+    if block["restore"] == "all":
+        return "every tissue tile restored (restore: all)"
+    if block["threshold"] is not None:
+        return f"tissue tiles with a focus score above {block['threshold']} restored (slides.threshold)"
+    return f"tissue tiles whose focus score exceeds the slide's in-focus reference by {block['focus_margin']} restored (slides.focus_margin)"
+
+
+def _generated(config: dict[str, Any], name: str) -> str:
+    spec = config["slides"]["synthetic"][name]
+    h, w = spec["size"]
+    return f"{name} is generated ({spec['kind']}, {h} × {w} px, {spec['regions']} region(s) defocused on purpose by σ = {spec['sigma']} px)"
+
+
+def slides_section(name: str, config: dict[str, Any], summaries: pd.DataFrame, results: Path | None = None) -> Section:
+    """The section: what restored the slides and by which rule, a row per slide, then each slide's pictures."""
+    results = Path(results or "results")
+    sec = experiment_section(name)
+    block = config["slides"]
+    generated = [_generated(config, s) for s in block["synthetic"]]
+    sec.notes.append(
+        f"Restored by {network_label(config)}, {_rule(block)}; everything else, in-focus tissue and glass, is copied bit for bit "
+        "and the restored tiles are cross-faded into it (dgno deblur-slide, docs/slides.md). " + ("; ".join(generated) + "." if generated else "")
+    )
+    sec.notes.append(
+        "Time: the whole job (focus scan, network, pyramid, pictures); network tiles/s: restored tiles per second of the streaming stage; "
+        "time outside the network: the share of the time spent reading, scanning focus, blending and writing (goal ≤ 10 %)."
+    )
+    rows, figures = [], []
+    for slide in slide_names(config):
+        summary_file = results / catalogue.SLIDE_FILES["summary"].format(slide=slide).removeprefix("results/")
+        if summary_file.exists():
+            rows.append(slide_row(slide, read_json(summary_file)))
+        else:
+            rows.append([slide, f"not run: snakemake --cores all {catalogue.SLIDE_FILES['summary'].format(slide=slide)}"] + ["—"] * (len(HEADERS) - 2))
+        figures += [slide_figure(results, key, slide) for key in catalogue.experiment(name).figures]
+    sec.text_tables.append((HEADERS, rows))
+    sec.figures += figures
+    return sec
+
+
+def slide_figure(results: Path, key: str, slide: str) -> Figure:
+    """The figure entry of a per-slide catalogue figure for one slide."""
+    spec = catalogue.FIGURES[key]
+    return figure(results, spec.path.format(slide=slide).removeprefix("results/"), spec.title.format(slide=slide))
