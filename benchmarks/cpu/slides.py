@@ -38,8 +38,8 @@ import torch
 
 from dgno import provenance
 from dgno.data.slides import BlurRegion, brightfield_tissue, write_slide
-from dgno.inference.cuda_graphs import forward_fn
 from dgno.inference.authors import AUTHORS_TILES
+from dgno.inference.cuda_graphs import forward_fn
 from dgno.models.authors import model_from_options, released_networks
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import build_model

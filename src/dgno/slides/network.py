@@ -27,8 +27,8 @@ import torch
 
 from dgno.checkpoint import load_trained
 from dgno.data.download import sha256_file
-from dgno.inference import normalisation, preflight
 from dgno.inference import authors as released
+from dgno.inference import normalisation, preflight
 from dgno.inference.cuda_graphs import forward_fn
 from dgno.inference.evaluate import default_tile_batch
 from dgno.inference.normalisation import Scaling
