@@ -338,10 +338,13 @@ def _check_slides(cfg: dict) -> None:
         raise ConfigError(f"config key slides.network.method: {method!r} is not defined; defined methods: {', '.join(cfg['methods'])}")
     if dataset not in cfg["datasets"]:
         raise ConfigError(f"config key slides.network.dataset: {dataset!r} is not defined; defined datasets: {', '.join(cfg['datasets'])}")
-    official = cfg["methods"][method].get("official")
+    released = cfg["methods"][method].get("authors_checkpoints")
     source = cfg["datasets"][dataset].get("trained_on", dataset)
-    if official is not None and source not in official:
-        raise ConfigError(f"config key slides.network: {method!r} has no authors' checkpoint for dataset {source!r} (methods.{method}.official names {', '.join(official)}). Fix: choose one of those datasets")
+    if released is not None and source not in released:
+        raise ConfigError(
+            f"config key slides.network: {method!r} has no authors' checkpoint for dataset {source!r} "
+            f"(methods.{method}.authors_checkpoints names {', '.join(released)}). Fix: choose one of those datasets"
+        )
 
 
 def _check_bbbc006_dataset(name: str, ds: dict) -> None:
