@@ -33,10 +33,10 @@ report: install
 test: install
 	$(BIN)/python -m pytest
 
-# The unit tests without workflow runs (marker e2e) and without tests over about 10 s (marker slow): under
+# The unit tests without workflow runs (marker e2e), SLURM jobs (slurm) and tests over about 10 s (slow): under
 # 3 minutes on 2 cores. The -m here replaces pyproject's, so it leaves out the rehearsal's markers itself.
 test-fast: install
-	$(BIN)/python -m pytest -m 'not e2e and not slow and not rehearsal and not cluster and not long'
+	$(BIN)/python -m pytest -m 'not e2e and not slow and not slurm and not rehearsal and not cluster and not long'
 
 # Every rule of the paper DAG once, on a throw-away single-node SLURM, downloads from loopback (tests/test_rehearsal.py);
 # then the smoke workflow through the slurm profile and the time-limit signal's checkpoint and retry (marker `cluster`),

@@ -104,6 +104,7 @@ class TinyNet(nn.Module):
 '''
 
 
+@pytest.mark.slow  # copies the checkout and plans the workflow: make test
 def test_a_baseline_is_its_network_file_one_registry_entry_and_a_config_entry(checkout):
     checkout.write("src/dgno/models/tinynet.py", TINY_NET)
     checkout.edit(
@@ -208,6 +209,7 @@ rule figure_histogram:
 """
 
 
+@pytest.mark.slow  # copies the checkout and plans the workflow: make test
 def test_a_report_figure_is_its_script_its_rule_and_its_catalogue_entry_with_its_path_written_once(checkout):
     path = "results/figures/histogram_{dataset}.png"
     checkout.write("workflow/scripts/figure_histogram.py", HISTOGRAM_SCRIPT)

@@ -169,6 +169,7 @@ def _job_counts(configfile) -> tuple[dict[str, int], str]:
     return {row.split()[0]: int(row.split()[1]) for row in table.splitlines()[3:] if row.strip()}, proc.stderr
 
 
+@pytest.mark.slow  # a Snakemake dry run: make test
 def test_snakemake_runs_a_config_with_the_deprecated_names(tmp_path):
     """The `authors` target from a config that spells every key the deprecated way: the same jobs, and the notices."""
     new, old = _paper_pair()

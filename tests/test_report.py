@@ -168,7 +168,10 @@ def test_robustness_section_gives_each_model_beside_the_blurred_input(tmp_path):
     assert "photons 15–25" in sec and "background 0.35–0.5" in sec
 
 
-@pytest.mark.parametrize("config_file, renamed", [("config/claims.yaml", None), ("config/paper.yaml", "my-paper-run")])
+@pytest.mark.parametrize(
+    "config_file, renamed",
+    [("config/claims.yaml", None), pytest.param("config/paper.yaml", "my-paper-run", marks=pytest.mark.slow)],  # the paper config's report: seconds
+)
 def test_a_paper_scale_config_carries_no_demo_banner_whatever_its_name(tmp_path, config_file, renamed):
     """The banner follows the config's `scale` and the models the evaluations record, never the config's name."""
     import yaml

@@ -71,6 +71,7 @@ def test_command_restores_with_a_model_file_and_never_overwrites_unasked(model, 
     assert "s per tile → about" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # child processes / several slide runs: make test
 def test_released_networks_by_name_with_the_authors_tiles(tmp_path, monkeypatch, capsys):
     """--authors NAME: the released checkpoint (toy size, served on 127.0.0.1) downloaded once, applied with
     the authors' protocol (512-px tiles, 32 px overlap, cross-fade); a fluorescence network refuses RGB."""
@@ -167,6 +168,7 @@ def _wait_for_chunks(work: Path, n: int, proc: subprocess.Popen, timeout: float 
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # child processes / several slide runs: make test
 def test_kill_9_then_rerun_resumes_and_gives_the_same_bytes(tmp_path):
     src = tmp_path / "slide.tif"
     brightfield_slide(src, shape=(1200, 1400), regions=[])
@@ -184,6 +186,7 @@ def test_kill_9_then_rerun_resumes_and_gives_the_same_bytes(tmp_path):
     assert (tmp_path / "a" / "slide.ome.tif").read_bytes() == (tmp_path / "b" / "slide.ome.tif").read_bytes()
 
 
+@pytest.mark.slow  # child processes / several slide runs: make test
 def test_sigterm_stops_with_143_and_the_same_command_finishes_the_job(model, tmp_path):
     src = tmp_path / "slide.tif"
     brightfield_slide(src, shape=(1100, 1500), regions=[])
@@ -213,6 +216,7 @@ for src, out in zip(sys.argv[1::2], sys.argv[2::2]):
 """
 
 
+@pytest.mark.slow  # child processes / several slide runs: make test
 def test_peak_memory_does_not_grow_with_the_slide(tmp_path):
     """4× the area (2× each side) restored in one process after the small one: peak RSS within 10 %.
     benchmarks/cpu/slides.py records the same up to 64× the area, with the pipeline's own allocations."""
