@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from dgno.checkpoint import save_checkpoint
-from dgno.data.slides import BlurRegion, brightfield_tissue, fluorescence_tissue, write_slide
+from dgno.data.slides import BlurRegion, blurred_share, brightfield_tissue, fluorescence_tissue, write_slide  # noqa: F401 - blurred_share: for the tests
 from dgno.models.registry import build_model
 from dgno.slides.network import SlideNetwork
 
@@ -67,10 +67,3 @@ def fluorescence_slide(path: Path, *, shape=(1100, 1300), seed: int = 4, regions
     return img
 
 
-def blurred_share(regions, box) -> float:
-    """The share of a tile box (y, x, h, w) inside the blurred regions."""
-    y, x, h, w = box
-    inside = np.zeros((h, w), bool)
-    for r in regions:
-        inside[max(0, r.y0 - y) : max(0, r.y1 - y), max(0, r.x0 - x) : max(0, r.x1 - x)] = True
-    return float(inside.mean())

@@ -79,7 +79,8 @@ def test_a_config_without_slides_plans_no_slide_and_the_same_targets(demo):
     with_slides = targets.report_inputs(demo)
     assert [f for f in with_slides if "results/slides/" not in f] == targets.report_inputs(without)
     assert set(catalogue.slide_files("demo_slide")) <= set(with_slides)
-    assert set(targets.experiment_targets(demo, "slides")) == set(catalogue.slide_files("demo_slide"))
+    manifest = catalogue.SYNTHETIC_SLIDE["manifest"].format(slide="demo_slide")  # the report checks the focus map against it
+    assert set(targets.experiment_targets(demo, "slides")) == set(catalogue.slide_files("demo_slide")) | {manifest}
 
 
 # --- which slides ------------------------------------------------------------------------------
@@ -188,3 +189,19 @@ def test_a_slide_not_restored_yet_is_a_row_with_its_command(tmp_path, demo):
     section = (tmp_path / "index.html").read_text().split('id="slides"')[1].split("</section>")[0]
     assert "not run: snakemake --cores all results/slides/restored/demo_slide.summary.json" in section
     assert section.count("<tr>") >= 2  # the header and the slide's row
+
+
+def test_the_focus_check_of_a_generated_slide_counts_tiles_against_its_defocused_regions():
+    """Tiles at least half inside a defocused region are the truth; precision and recall of the 'blurry' labels."""
+    import pandas as pd
+
+    from dgno.report.slides_section import focus_check
+
+    tiles = pd.DataFrame(
+        [(0, 0, 100, 100, "blurry"), (0, 100, 100, 100, "blurry"), (0, 200, 100, 100, "in focus"), (100, 0, 100, 100, "blurry"), (100, 100, 100, 100, "background")],
+        columns=["y", "x", "height", "width", "label"],
+    )
+    # region: the whole first tile and 60 % of the second; the third tile 40 %; the fourth not at all
+    manifest = {"regions": [{"y0": 0, "x0": 0, "y1": 100, "x1": 160, "sigma": 3.0}, {"y0": 0, "x0": 200, "y1": 100, "x1": 240, "sigma": 3.0}]}
+    assert focus_check(tiles, manifest) == ["4", "2", "3", "0.67", "1.00"]
+    assert focus_check(tiles.assign(label="in focus"), manifest)[3:] == ["— (none found)", "0.00"]

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dgno.data.slides import BlurRegion, brightfield_tissue, fluorescence_tissue, write_slide
+from dgno.data.slides import BlurRegion, blurred_share, brightfield_tissue, fluorescence_tissue, write_slide
 from dgno.slides import focus as fm
 from dgno.slides.grid import TileGrid
 from dgno.slides.reader import open_slide
@@ -40,13 +40,6 @@ SHAPE = (1600, 2048)
 
 def regions(sigma: float) -> list[BlurRegion]:
     return [BlurRegion(r0 * STEP, c0 * STEP, r1 * STEP + OVERLAP, c1 * STEP + OVERLAP, sigma) for r0, c0, r1, c1 in REGIONS]
-
-
-def blurred_share(rs: list[BlurRegion], y: int, x: int) -> float:
-    inside = np.zeros((TILE, TILE), bool)
-    for r in rs:
-        inside[max(0, r.y0 - y) : max(0, r.y1 - y), max(0, r.x0 - x) : max(0, r.x1 - x)] = True
-    return float(inside.mean())
 
 
 def write(path: Path, modality: str, seed: int, sigma: float) -> None:
@@ -88,7 +81,7 @@ def study(seeds: list[int], sigmas: list[float], folder: Path) -> dict:
                     excess, keep = score_tiles(path, ds)
                     with open_slide(path) as slide:
                         grid = TileGrid.over(*slide.info.levels[0], tile=TILE, overlap=OVERLAP)
-                    truth = np.array([[blurred_share(regions(sigma), y, x) >= 0.5 for x in grid.xs] for y in grid.ys])[keep]
+                    truth = np.array([[blurred_share(regions(sigma), (y, x, TILE, TILE)) >= 0.5 for x in grid.xs] for y in grid.ys])[keep]
                     ex, tr = pooled.setdefault((modality, sigma, ds), ([], []))
                     ex.extend(excess.tolist())
                     tr.extend(truth.tolist())

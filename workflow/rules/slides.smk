@@ -5,8 +5,8 @@
 
 rule slide_synthetic:
     output:
-        slide="results/slides/synthetic/{slide}.ome.tif",
-        manifest="results/slides/synthetic/{slide}.json",
+        slide=catalogue.SYNTHETIC_SLIDE["slide"],
+        manifest=catalogue.SYNTHETIC_SLIDE["manifest"],
     log:
         "results/logs/slides/synthetic_{slide}.log",
     benchmark:

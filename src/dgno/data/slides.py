@@ -204,6 +204,19 @@ def write_slide(
     return path
 
 
+def blurred_share(regions: Sequence[BlurRegion], box: tuple[int, int, int, int]) -> float:
+    """The share of a tile box ``(y, x, height, width)`` (pixels of level 0) that lies in the defocused ``regions``.
+
+    A tile is "truly blurred" for the focus map's precision and recall when at least half of it is: the rule
+    the tests, the threshold study and the report's check of a generated slide share.
+    """
+    y, x, h, w = box
+    inside = np.zeros((h, w), bool)
+    for r in regions:
+        inside[max(0, r.y0 - y) : max(0, r.y1 - y), max(0, r.x0 - x) : max(0, r.x1 - x)] = True
+    return float(inside.mean())
+
+
 def defocused_regions(shape: tuple[int, int], *, count: int, sigma: float, seed: int) -> list[BlurRegion]:
     """``count`` squares of side min(H, W) / 4, each centred on a tissue pixel of :func:`tissue_mask` (so that
     there is tissue to find out of focus), clipped to the slide; deterministic for ``seed``."""

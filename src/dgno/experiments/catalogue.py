@@ -40,6 +40,9 @@ SLIDE_FILES = {
     "tiles": "results/slides/restored/{slide}.tiles.csv",
     "summary": "results/slides/restored/{slide}.summary.json",
 }
+# A generated slide (slides.synthetic): the slide and the manifest of where it was defocused on purpose, which
+# the report's Slides section checks the focus map against.
+SYNTHETIC_SLIDE = {"slide": "results/slides/synthetic/{slide}.ome.tif", "manifest": "results/slides/synthetic/{slide}.json"}
 
 
 @dataclass(frozen=True)

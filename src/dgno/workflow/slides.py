@@ -21,7 +21,6 @@ from dgno.experiments import catalogue
 from dgno.slides.inputs import listed_slides, slide_names
 from dgno.workflow.plan import Config, trained_model
 
-SYNTHETIC = "results/slides/synthetic/{slide}.ome.tif"  # a generated slide (rule slide_synthetic)
 # restore_slide's keyword arguments, by config key of the slides block
 RESTORE_KEYS = {"channel": "channel", "level": "level", "mpp": "mpp", "restore": "restore", "threshold": "threshold",
                 "focus_margin": "margin", "min_tissue": "min_tissue", "focus_downsample": "focus_downsample", "compression": "compression"}  # fmt: skip
@@ -33,7 +32,7 @@ def slide_inputs(config: Config) -> dict[str, str]:
     if not config.get("slides"):
         return {}
     listed = listed_slides(config)
-    return {name: listed.get(name, SYNTHETIC.format(slide=name)) for name in slide_names(config)}
+    return {name: listed.get(name, catalogue.SYNTHETIC_SLIDE["slide"].format(slide=name)) for name in slide_names(config)}
 
 
 def synthetic_names(config: Config) -> list[str]:
@@ -75,5 +74,7 @@ def restore_settings(config: Config) -> dict[str, Any]:
 
 
 def targets(config: Config) -> list[str]:
-    """Every file of every slide's restoration (the ``slides`` target and the report's inputs)."""
-    return [f for name in slide_inputs(config) for f in catalogue.slide_files(name)]
+    """Every file of every slide's restoration, and the manifest of each generated slide (the ``slides`` target
+    and the report's inputs: the report checks a generated slide's focus map against its manifest)."""
+    manifests = [catalogue.SYNTHETIC_SLIDE["manifest"].format(slide=name) for name in synthetic_names(config)]
+    return [f for name in slide_inputs(config) for f in catalogue.slide_files(name)] + manifests
