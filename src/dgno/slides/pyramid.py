@@ -7,6 +7,12 @@ channel (OME ``CYX``). Physical pixel size goes into the OME ``PhysicalSizeX/Y``
 level's TIFF resolution tags (what OpenSlide reports as ``openslide.mpp-x/y``). Lossless by default
 (deflate with the horizontal predictor); ``jpeg`` for 8-bit RGB.
 
+OpenSlide does not follow SubIFDs: it takes a generic TIFF's pyramid from the chain of top-level
+pages. When level 0 is one page (RGB(A) or one grey channel), each reduced level's IFD is therefore
+also appended to that chain, as a copy of its directory entries that points at the same tile data
+(a few hundred bytes per level, no pixel stored twice). OME readers go by the OME-XML, which names
+only page 0, so they still see one image with SubIFD levels.
+
 Streaming: tifffile takes each level as a generator of tiles in its order (channel by channel, then
 row by row). Every level-k tile that goes out is also reduced 2× (the mean of each 2×2 block, rounded
 to nearest for integers) into one quarter of a tile of level k+1, kept on disk in a raw store of
@@ -20,6 +26,7 @@ deterministic, so the same tiles give the same bytes (a resumed run equals an un
 from __future__ import annotations
 
 import os
+import struct
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -193,6 +200,42 @@ def write_pyramid(
         finally:
             for store in open_stores:
                 store.close()
+    if len(planes) == 1:
+        chain_reduced_levels(path)
+
+
+def chain_reduced_levels(path: Path) -> int:
+    """Append a copy of each SubIFD directory of page 0 to the top-level page chain; return how many.
+
+    The copies keep every entry as written, so out-of-line values (tile offsets, byte counts,
+    resolution) point at the SubIFDs' own data. Directories sizes are even (2 + 12 n + 4 bytes, or
+    8 + 20 n + 8 in BigTIFF), so aligning the first copy keeps every copy on a word boundary.
+    """
+    with tifffile.TiffFile(path) as tf:
+        if len(tf.pages) != 1 or not tf.pages[0].subifds:
+            return 0
+        fmt, first, subifds = tf.tiff, tf.pages[0].offset, list(tf.pages[0].subifds)
+    with open(path, "r+b") as fh:
+        directories = [_directory(fh, fmt, offset) for offset in [first, *subifds]]
+        end = fh.seek(0, os.SEEK_END)
+        start = end + end % 2
+        sizes = [fmt.tagnosize + len(raw) + fmt.offsetsize for _, raw in directories[1:]]
+        offsets = [start + sum(sizes[:k]) for k in range(len(sizes))]
+        chain = b"\0" * (start - end)
+        for k, (count, raw) in enumerate(directories[1:]):
+            following = offsets[k + 1] if k + 1 < len(offsets) else 0
+            chain += struct.pack(fmt.tagnoformat, count) + raw + struct.pack(fmt.offsetformat, following)
+        fh.write(chain)
+        fh.seek(first + fmt.tagnosize + len(directories[0][1]))  # page 0's "next directory" field
+        fh.write(struct.pack(fmt.offsetformat, offsets[0]))
+    return len(subifds)
+
+
+def _directory(fh, fmt, offset: int) -> tuple[int, bytes]:
+    """(entry count, raw entries) of the TIFF directory at ``offset``."""
+    fh.seek(offset)
+    count = struct.unpack(fmt.tagnoformat, fh.read(fmt.tagnosize))[0]
+    return count, fh.read(count * fmt.tagsize)
 
 
 def _store_reader(stores: list[_LevelStore]) -> TileSource:
