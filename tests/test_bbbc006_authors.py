@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import tarfile
 
 import numpy as np
@@ -33,7 +34,8 @@ from dgno.data import bbbc006
 from dgno.data import bbbc006_authors as authors
 from dgno.data.bbbc006_pairing import ARCHIVE, authors_channel, index_archive, parse_field, plane_from_name
 from dgno.data.check import check_prepared
-from dgno.data.download import DownloadError, TruncatedArchive, part_path, unpack_tar, verify_targz
+from dgno.data.download import DownloadError, part_path
+from dgno.data.targz import TruncatedArchive, unpack_tar, verify_targz
 from dgno.data.paired import level_test_ids
 from dgno.io import InputError
 
@@ -95,7 +97,8 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, target: str = "") -> tarfi
         (_member("/etc/evil"), "absolute path"),
         (_member("BBBC006/../../evil"), "climbs out"),
         (_member("BBBC006/link", tarfile.SYMTYPE, "/etc/passwd"), "symbolic link"),
-        (_member("BBBC006/hard", tarfile.LNKTYPE, "BBBC006/ok.txt"), "hard link"),
+        (_member("BBBC006/link", tarfile.SYMTYPE, "../../x.tif"), "symbolic link"),
+        (_member("BBBC006/hard", tarfile.LNKTYPE, "../ok.txt"), "hard link"),
         (_member("BBBC006/fifo", tarfile.FIFOTYPE), "device or FIFO"),
     ],
 )
@@ -111,6 +114,62 @@ def test_unpack_tar_refuses_unsafe_members_and_leaves_the_target_alone(tmp_path,
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
     with pytest.raises(InputError, match=problem):
         verify_targz(archive)  # refused before a download is accepted, too
+
+
+def test_links_inside_the_archive_unpack_as_copies_of_their_targets(tmp_path):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(_member("BBBC006/GT/late.tif", tarfile.SYMTYPE, "../blur/a.tif"))  # its target comes later
+        data = tarfile.TarInfo("BBBC006/blur/a.tif")
+        data.size = 4
+        tar.addfile(data, io.BytesIO(b"tiff"))
+        tar.addfile(_member("BBBC006/blur/b.tif", tarfile.LNKTYPE, "BBBC006/blur/a.tif"))
+        tar.addfile(_member("BBBC006/test", tarfile.SYMTYPE, "blur"))  # a folder link
+        tar.addfile(_member("BBBC006/dangling.tif", tarfile.SYMTYPE, "nowhere.tif"))
+    archive = tmp_path / "links.tar.gz"
+    archive.write_bytes(buf.getvalue())
+    out = unpack_tar(archive, tmp_path / "out", progress=False)
+    for name in ("GT/late.tif", "blur/b.tif", "test/a.tif"):
+        path = out / "BBBC006" / name
+        assert not path.is_symlink() and path.read_bytes() == b"tiff", name
+    assert not (out / "BBBC006" / "dangling.tif").exists()
+
+
+def test_a_file_url_is_copied_and_checked_like_a_download(tmp_path, replica):
+    source = tmp_path / "mirror" / ARCHIVE
+    source.parent.mkdir()
+    source.write_bytes(replica)
+    root = authors.fetch(tmp_path / "raw", url=source.as_uri(), **FAST)
+    assert root == tmp_path / "raw" / "authors" / "BBBC006"
+    with pytest.raises(DownloadError, match="no such file"):
+        authors.fetch(tmp_path / "other", url=(tmp_path / "missing.tar.gz").as_uri(), **FAST)
+
+
+@pytest.mark.parametrize("top", ["", "data/BBBC006/", "BBBC006/BBBC006/"], ids=["no-top-folder", "two-levels", "doubled"])
+def test_the_unpacked_folder_is_found_under_any_top_folder(tmp_path, top):
+    members = {top + name.removeprefix("BBBC006/"): data for name, data in archive_members(mac=True).items() if name.startswith("BBBC006/")}
+    source = tmp_path / ARCHIVE
+    source.write_bytes(targz_bytes(members, shuffle=3))
+    root = authors.fetch(tmp_path / "raw", url=source.as_uri(), **FAST)
+    assert root == tmp_path / "raw" / "authors" / top.rstrip("/") and (root / "train" / "GT").is_dir()
+
+
+def test_an_archive_without_train_and_test_says_what_it_holds(tmp_path):
+    members = {name.replace("/train/", "/").replace("/test/", "/"): data for name, data in archive_members().items()}
+    source = tmp_path / ARCHIVE
+    source.write_bytes(targz_bytes(members))
+    with pytest.raises(InputError, match=r"holds .*BBBC006 with GT/ and blur/ but no train/ and test/ folders.*Fix: this is not the authors' archive"):
+        authors.fetch(tmp_path / "raw", url=source.as_uri(), **FAST)
+
+
+def test_a_deleted_unpacked_folder_is_unpacked_again_by_the_preparation(tmp_path, replica):
+    source = tmp_path / ARCHIVE
+    source.write_bytes(replica)
+    raw = tmp_path / "raw"
+    authors.fetch(raw, url=source.as_uri(), **FAST)
+    shutil.rmtree(raw / "authors")  # what a pairing error's fix says to do for a bad unpack
+    out = authors.prepare_dataset(raw, tmp_path / "ds", channel="w1", seed=0, labels=False, n_val_wells=1, progress=False)
+    assert (out / "manifest.json").is_file() and (raw / "authors" / "BBBC006" / "train" / "GT").is_dir()
 
 
 def test_fetch_downloads_verifies_and_unpacks_once(bbbc006_server, tmp_path, replica):
@@ -229,9 +288,38 @@ def test_a_missing_gt_is_refused_naming_the_field_and_how_to_tell_download_from_
 def test_an_extra_blur_file_is_refused_naming_the_field(tmp_path):
     root = unpack_replica(tmp_path, extra_blur=("c12", 1, "w2")) / "BBBC006"
     gt = broad_name("c12", 1, "w2", 16)
-    with pytest.raises(InputError, match=r"test/blur: 1 w2 field\(s\) without exactly 3 blur files: c12_s1 \(4\).*Fix: an extra blur file"):
+    with pytest.raises(InputError, match=r"test/blur: 1 w2 field\(s\) without exactly 3 blur files: too many in c12_s1 \(4\); c12_s1 holds .*-z06b\.tif.*Fix: remove the extra"):
         index_archive(root, "w2", progress=False)
     assert gt.startswith("mcf-z-stacks-03212011_c12_s1_w2")
+
+
+def test_a_missing_and_an_extra_blur_file_are_both_named(tmp_path):
+    root = unpack_replica(tmp_path, extra_blur=("c12", 1, "w2")) / "BBBC006"
+    next((root / "test" / "blur").glob("*_p24_s1_w2*-z10.tif")).unlink()  # the counts balance: only the pairing sees it
+    with pytest.raises(InputError, match=r"2 w2 field\(s\) .*too few in p24_s1 \(2 of 3\); too many in c12_s1 \(4\).*Fix: remove the extra .*; a blur file is missing: check the archive"):
+        index_archive(root, "w2", progress=False)
+
+
+def test_blur_files_in_the_wrong_split_are_named_as_such(tmp_path):
+    root = unpack_replica(tmp_path) / "BBBC006"
+    for path in (root / "test" / "blur").glob("*_c12_s1_w1*"):
+        path.rename(root / "train" / "blur" / path.name)
+    with pytest.raises(InputError, match=r"train/GT: no w1 GT file for field\(s\) c12_s1.*The GT of c12_s1 is in .*test/GT: those blur files are in the wrong split"):
+        index_archive(root, "w1", progress=False)
+
+
+@pytest.mark.parametrize("form", ["after-channel", "before-well"])
+def test_plane_tokens_anywhere_in_a_broad_name_pair_and_decide_the_plane(tmp_path, form):
+    root = unpack_replica(tmp_path, "broad") / "BBBC006"
+    for path in sorted((root).glob("*/blur/*.tif")):
+        z = next(z for z in (2, 6, 10) for w, st in fields() for ch in CHANNELS if path.name == broad_name(w, st, ch, z))
+        plate, rest = path.name.split("_", 1)
+        path.rename(path.with_name(f"{path.stem}_z{z:02d}.tif" if form == "after-channel" else f"{plate}_z{z:02d}_{rest}"))
+    index = index_archive(root, "w1", progress=False)
+    assert index.plane_rule == "name" and len(index.pairs) == 12 and index.plane_check["status"] == "passed"
+    assert all(f"_z{z:02d}" in pair.blur[z].name and parse_field(pair.blur[z]) == pair.field for pair in index.pairs for z in (2, 6, 10))
+    drops = [w for w in index.warnings if "authors' channel rule" in w]
+    assert bool(drops) == (form == "after-channel")  # "z0" is what the authors' rule reads there
 
 
 def test_a_field_out_of_blur_order_is_refused_by_name(tmp_path):

@@ -134,7 +134,7 @@ def test_broad_names_with_mac_leftovers_get_every_plane_from_the_listing(broad_s
         index = index_archive(root, channel, broad_listing=listing, progress=False)
         assert index.plane_rule == "broad" and set(index.decided.values()) == {"broad"} and len(index.decided) == 36
         assert index.plane_check["independent"] and index.plane_check["status"] == "passed" and index.plane_check["in_order"] == 12
-        assert index.hidden == {"train/GT": 16, "train/blur": 48, "test/GT": 8, "test/blur": 24}  # the ._* forks, both channels
+        assert index.hidden == {"train/GT": 17, "train/blur": 49, "test/GT": 9, "test/blur": 25}  # the ._* forks of both channels and a .DS_Store
         assert not any(p.name.startswith("._") for pair in index.pairs for p in (pair.gt, *pair.triple))
         _assert_exact(index.pairs, channel)
 
@@ -153,15 +153,21 @@ def test_other_layouts_of_the_archive_are_read_exactly(broad_server, tmp_path, o
     _assert_exact(index.pairs, "w1")
 
 
-def test_a_partial_listing_decides_what_it_can_and_sharpness_the_rest(broad_server, tmp_path):
+def test_a_partial_listing_decides_what_it_can_then_by_elimination_then_by_sharpness(broad_server, tmp_path):
     root = unpack_replica(tmp_path / "raw", "broad") / "BBBC006"
     listing = _listing(broad_server, tmp_path)
     listing["planes"]["z06"] = {"status": "unavailable", "plane": 6, "reason": "test"}
     index = index_archive(root, "w2", broad_listing=listing, progress=False)
-    assert index.plane_rule == "mixed" and sorted(set(index.decided.values())) == ["broad", "sharpness"]
-    assert sum(r == "sharpness" for r in index.decided.values()) == 12  # one z06 file per field
+    assert index.plane_rule == "mixed" and sorted(set(index.decided.values())) == ["broad", "elimination"]
+    assert sum(r == "elimination" for r in index.decided.values()) == 12  # one z06 file per field: the plane left
+    assert index.plane_check["independent"] and index.plane_check["status"] == "passed" and not index.warnings
+    _assert_exact(index.pairs, "w2")
+    listing["planes"]["z10"] = {"status": "unavailable", "plane": 10, "reason": "test"}  # one plane known: the images decide
+    index = index_archive(root, "w2", broad_listing=listing, progress=False)
+    assert sorted(set(index.decided.values())) == ["broad", "sharpness"] and sum(r == "sharpness" for r in index.decided.values()) == 24
     assert index.plane_check["independent_fields"] == 0 and index.plane_check["status"] == "not independent"
-    _assert_exact(index.pairs, "w2")  # the one plane left is the right one
+    assert any("24 of 36 w2 blur files were assigned their plane by sharpness" in w and "delete the cached listing" in w for w in index.warnings)
+    _assert_exact(index.pairs, "w2")
 
 
 def test_a_failed_check_under_the_listing_warns_or_stops_naming_the_config_key(broad_server, tmp_path):
@@ -202,7 +208,7 @@ def test_the_archive_as_packed_on_a_mac_prepares_with_every_plane_exact(broad_se
     assert planes["check"]["independent"] and planes["check"]["passed"] and manifest["warnings"] == []
     assert planes["broad_listing"]["status"] == "listed" and planes["broad_listing"]["planes"]["z10"]["names"] == 24
     assert planes["files"]["test/c12_s1"]["z06"] == {"file": broad_name("c12", 1, "w1", 6), "rule": "broad", "sharpness": pytest.approx(planes["files"]["test/c12_s1"]["z06"]["sharpness"])}
-    assert manifest["pairing"]["hidden_files_skipped"] == {"train/GT": 16, "train/blur": 48, "test/GT": 8, "test/blur": 24}
+    assert manifest["pairing"]["hidden_files_skipped"] == {"train/GT": 17, "train/blur": 49, "test/GT": 9, "test/blur": 25}
     assert manifest["pairing"]["fields"] == 12 and manifest["pairing"]["files"] == {"GT": 12, "blur": 36}
     for w, s in fields():
         for z in LISTED:
@@ -217,7 +223,7 @@ def test_an_archive_with_another_top_folder_and_tiff_suffixes_is_found(broad_ser
     root = authors.fetch(tmp_path, url=broad_server.url("BBBC006.tar.gz"), backoff=0.0, timeout=10, progress=False)
     assert root == tmp_path / "authors" / "BBBC006_DGNO_release" and authors.find_root(tmp_path) == root
     record = authors.fetch_record(tmp_path, tmp_path / "authors.json", url=broad_server.url("BBBC006.tar.gz"), progress=False)
-    assert record["counts"]["train"]["blur"] == {"w1": 24, "w2": 24, "other": 0, "hidden": 48}
+    assert record["counts"]["train"]["blur"] == {"w1": 24, "w2": 24, "other": 0, "hidden": 49}
     index = index_archive(root, "w2", broad_listing=_listing(broad_server, tmp_path), progress=False)
     assert index.plane_rule == "broad" and index.plane_check["status"] == "passed"
     _assert_exact(index.pairs, "w2")

@@ -81,6 +81,12 @@ def test_a_script_that_ends_well_prints_nothing_on_the_console(tmp_path):
     assert proc.returncode == 0 and proc.stderr == "" and (tmp_path / "job.log").read_text() == "working\ndone\n"
 
 
+def test_a_warning_reaches_the_console_and_the_log_and_the_job_goes_on(tmp_path):
+    proc = _job(tmp_path, "_log.warn('planes by sharpness')\nprint('done')")
+    assert proc.returncode == 0 and proc.stderr == "some_rule: warning: planes by sharpness\n"
+    assert (tmp_path / "job.log").read_text() == "working\nsome_rule: warning: planes by sharpness\ndone\n"
+
+
 # ------------------------------------------------------------------------------- through Snakemake
 
 
@@ -123,3 +129,17 @@ def test_bbbc006_prepare_and_the_archive_rule_print_their_fix_on_the_console(tmp
     assert proc.returncode != 0
     line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("bbbc006_authors_archive: "))
     assert re.search(r"download failed after 1 attempt", line) and "huggingface-cli download Duane245/DGNO BBBC006.tar.gz" in proc.stderr
+
+
+@pytest.mark.e2e
+def test_planes_assigned_by_sharpness_are_said_on_the_console(tmp_path):
+    """The Broad listing unavailable: the preparation succeeds, and says on the console how the planes were decided."""
+    raw = tmp_path / "resources"
+    unpack_replica(raw / "bbbc006" / "authors", "broad", mac=True)
+    write_broad(raw / "bbbc006", planes=(16,))
+    (raw / "bbbc006" / "authors.json").write_text("{}")
+    (raw / "bbbc006" / "broad_names.json").write_text('{"status": "unavailable", "planes": {}}')
+    proc = _snakemake(tmp_path, _authors_config(tmp_path, raw), "results/data/bbbc006_w1/manifest.json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("bbbc006_prepare: warning: "))
+    assert "36 of 36 w1 blur files were assigned their plane by sharpness" in line and "broad_names.json" in line

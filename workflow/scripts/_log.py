@@ -31,6 +31,13 @@ def rule_name() -> str:
     return str(getattr(sm, "rule", None) or "job")
 
 
+def warn(message: str) -> None:
+    """Print a warning the user should see in the log and on the console; the job goes on."""
+    line = f"{rule_name()}: warning: {message}"
+    print(line, file=sys.stderr)
+    print(line, file=sys.__stderr__)
+
+
 def fail(message: str, code: int = 1) -> None:
     """Print `message` in the log and on the console, then exit with `code`."""
     print(message, file=sys.stderr)

@@ -19,3 +19,8 @@ from dgno.data.bbbc006_listing import write_listing  # noqa: E402
 listing = write_listing(Path(sm.output[0]).parent, sm.output[0], base_url=sm.params.base_url, retries=min(sm.params.retries, 2))
 for level, plane in listing["planes"].items():
     print(f"{level}: {plane['status']}; {plane.get('source') or plane.get('reason')}")
+    if plane["status"] != "listed":
+        _log.warn(
+            f"the Broad {level} listing could not be read ({plane.get('reason')}): blur files of that plane will be assigned by sharpness, "
+            f"and the order check is then not independent. To try again: delete {sm.output[0]} and rerun"
+        )

@@ -11,6 +11,7 @@ sm = snakemake  # noqa: F821
 
 from dgno.data import bbbc006, bbbc006_authors  # noqa: E402
 from dgno.data.bbbc006_listing import read_listing  # noqa: E402
+from dgno.io import read_json  # noqa: E402
 
 ds = sm.params.dataset
 out = Path(sm.output.split).parent
@@ -32,6 +33,8 @@ if ds.get("split", "by_well") == "authors":
         config_key=f"datasets.{sm.wildcards.dataset}",  # a fix names the config keys to change
         url=ds["authors_url"],
     )
+    for warning in read_json(out / "manifest.json")["warnings"]:  # also in the manifest and the report
+        _log.warn(warning)
 else:
     train = [int(lvl[1:]) for lvl in ds["train_levels"]]
     extra = [int(lvl[1:]) for lvl in ds["test_levels"] if lvl not in ds["train_levels"]]

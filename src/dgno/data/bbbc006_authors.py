@@ -40,7 +40,8 @@ import dgno
 from dgno.data import bbbc006
 from dgno.data.bbbc006_layout import ARCHIVE, PER_GT, PLANES, SPLITS, UNPACK_DIR, Pair, check_layout
 from dgno.data.bbbc006_pairing import ArchiveIndex, PlaneCheck, PlaneRule, index_archive, planes_record
-from dgno.data.download import DownloadError, fetch_targz, part_path, sha256_file, unpack_tar
+from dgno.data.download import DownloadError, part_path, sha256_file
+from dgno.data.targz import fetch_targz, unpack_tar
 from dgno.data.paired_sets import Report
 from dgno.io import InputError, atomic_dir, is_hidden, read_json, write_json
 
@@ -52,16 +53,40 @@ DEFAULT_URL = f"https://huggingface.co/{HF_REPO}/resolve/main/{ARCHIVE}"
 # ------------------------------------------------------------------------------------------- fetch
 
 
+SEARCH_DEPTH = 3  # how deep below authors/ a folder holding train/ and test/ is looked for
+
+
 def find_root(raw_root: str | Path) -> Path | None:
     """The unpacked ``BBBC006`` folder under `raw_root`: ``authors/BBBC006``, ``BBBC006``, raw_root itself, or
-    the one folder directly in ``authors/`` that holds train/ and test/ (an archive whose top folder has another name)."""
+    the first folder (sorted, breadth first, hidden folders skipped) at most three levels into ``authors/``
+    that holds train/ and test/: an archive whose top folder has another name, none, or one more level."""
     raw_root = Path(raw_root)
     unpacked = raw_root / UNPACK_DIR
-    others = sorted(p for p in unpacked.iterdir() if p.is_dir() and not is_hidden(p.name)) if unpacked.is_dir() else []
-    for folder in (unpacked / "BBBC006", raw_root / "BBBC006", raw_root, *others):
+    for folder in (unpacked / "BBBC006", raw_root / "BBBC006", raw_root, *_folders_below(unpacked, SEARCH_DEPTH)):
         if all((folder / split).is_dir() for split in SPLITS):
             return folder
     return None
+
+
+def _folders_below(top: Path, depth: int) -> list[Path]:
+    """`top` and its visible folders down to `depth` levels, breadth first, each level sorted."""
+    level, found = [top] if top.is_dir() else [], []
+    for _ in range(depth + 1):
+        found += level
+        level = sorted(p for folder in level for p in folder.iterdir() if p.is_dir() and not is_hidden(p.name))
+    return found
+
+
+def _not_the_archive(archive: Path, raw_root: Path, url: str) -> InputError:
+    """The error for an unpacked archive with no train/ and test/: says what it holds instead."""
+    splitless = [f for f in _folders_below(raw_root / UNPACK_DIR, SEARCH_DEPTH) if all((f / sub).is_dir() for sub in ("GT", "blur"))]
+    held = (
+        f"it holds {splitless[0]} with GT/ and blur/ but no train/ and test/ folders, and the authors' split is those folders, so the paper's "
+        f"test set cannot be known from it"
+        if splitless
+        else "no folder in it holds train/ and test/"
+    )
+    return InputError(f"{archive}: unpacked to {raw_root / UNPACK_DIR}, but {held}. Fix: this is not the authors' archive; {manual_steps(raw_root, url)}")
 
 
 def manual_steps(raw_root: str | Path, url: str = DEFAULT_URL) -> str:
@@ -103,7 +128,7 @@ def fetch(
         write_json(archive.with_name(ARCHIVE + ".json"), {"file": ARCHIVE, "url": url, "sha256": sha256_file(archive), "size": archive.stat().st_size})
         root = find_root(raw_root)
         if root is None:
-            raise InputError(f"{archive}: unpacked, but holds no folder with train/ and test/. Fix: this is not the authors' archive; {manual_steps(raw_root, url)}")
+            raise _not_the_archive(archive, raw_root, url)
     check_layout(root)
     return root
 
@@ -232,7 +257,7 @@ def prepare_dataset(
     depends on the data, not on the configuration.
     """
     raw_root, out_dir = Path(raw_root), Path(out_dir)
-    root = _unpacked_root(raw_root, url)
+    root = _unpacked_root(raw_root, url, progress=progress)
     if labels and broad_root is None:
         raise ValueError("labels=True needs broad_root: the label masks come from the Broad labels archive (BBBC006_v1_labels.zip); pass broad_root or labels=False")
     if out_dir.exists() and not (out_dir / "manifest.json").is_file() and any(out_dir.iterdir()):
@@ -258,8 +283,16 @@ def prepare_dataset(
     return out_dir
 
 
-def _unpacked_root(raw_root: Path, url: str) -> Path:
+def _unpacked_root(raw_root: Path, url: str, *, progress: bool = True) -> Path:
+    """The unpacked folder; unpacked again here from the downloaded archive when it was deleted (the fixes say to delete it)."""
     root = find_root(raw_root)
+    archive = raw_root / "archives" / ARCHIVE
+    if root is None and archive.is_file():
+        log.warning("%s: not unpacked under %s; unpacking it again", archive, raw_root / UNPACK_DIR)
+        unpack_tar(archive, raw_root / UNPACK_DIR, progress=progress)
+        root = find_root(raw_root)
+        if root is None:
+            raise _not_the_archive(archive, raw_root, url)
     if root is None:
         raise InputError(
             f"{raw_root}: the authors' BBBC006 archive is not unpacked here (looked for {raw_root / UNPACK_DIR / 'BBBC006'} and "

@@ -6,11 +6,12 @@ decided file by file and recorded with the rule that decided it:
 - ``name``: the plane the name carries (``-z02``, ``_z_02``, a ``02_`` prefix, a ``z02/`` folder);
 - ``broad``: the plane of the Broad archive that lists a file of exactly that name
   (:mod:`dgno.data.bbbc006_listing`; Broad names carry a different UUID-like suffix per plane);
+- ``elimination``: the one plane left in a field whose other two files were decided by name or listing;
 - ``position``: the place in the field's sorted triple (first z02, then z06, z10);
 - ``sharpness``: the most blurred of a field's undecided files is the farthest from focus.
 
-Rule ``auto`` (the default) takes, for each file, the first of name → broad that knows it, and the
-rest of its field by sharpness. The blur order is then checked on the images
+Rule ``auto`` (the default) takes, for each file, the first of name → broad that knows it, the last
+file of a field with two known by elimination, and the rest of its field by sharpness. The blur order is then checked on the images
 (:func:`check_blur_order`): defocus blur must decrease from z02 to z10 (14, 10 and 6 planes from
 focus) by :func:`sharpness`. Fields whose planes were assigned by sharpness are in order by
 construction, so the check counts only the others, and the record says whether it is independent.
@@ -62,7 +63,7 @@ PlaneRule = Literal["auto", "name", "broad", "position", "sharpness"]
 PLANE_RULES = ("auto", "name", "broad", "position", "sharpness")
 PlaneCheck = Literal["warn", "strict"]
 PLANE_CHECKS = ("warn", "strict")
-INDEPENDENT_RULES = ("name", "broad", "position")  # rules that do not look at the images
+INDEPENDENT_RULES = ("name", "broad", "elimination", "position")  # rules that do not look at the images
 SHARPNESS_SIGMA = 4.0  # px, Gaussian smoothing of the sharpness measure
 SHARPNESS_MEASURE = f"variance of the Laplacian of Gaussian (sigma {SHARPNESS_SIGMA:g} px, scipy.ndimage.gaussian_laplace) of the raw intensities"
 NOT_INDEPENDENT = "assigned by sharpness; the order check is then not independent"
@@ -156,6 +157,10 @@ def decide_planes(
             )
         rest = [p for p in pair.triple if p not in known]
         left = [z for z in PLANES if z not in planes]
+        if rule in ("auto", "name", "broad") and len(rest) == 1:  # two planes known: the third is the one left
+            known[rest[0]] = (left[0], "elimination")
+            unknown = [p for p in unknown if p != rest[0]]
+            rest, left = [], []
         if rule == "position":
             pair.blur = dict(zip(PLANES, pair.triple))
             decided |= dict.fromkeys(pair.triple, "position")
@@ -264,6 +269,18 @@ def index_archive(
     check = check_blur_order(pairs, sharp, decided=decided, max_out_of_order=max_out_of_order, plane_check=plane_check, config_key=config_key)
     agrees = all(found[s].authors_order_agrees for s in SPLITS)
     warnings = [check["warning"]] if "warning" in check else []
+    by_images = sum(r == "sharpness" for r in decided.values())
+    if by_images and plane_rule == "auto":
+        warnings.append(
+            f"{by_images} of {len(decided)} {channel} blur files were assigned their plane by sharpness (Broad listing: {status}), so the order check "
+            f"covers only the other fields; with the network back, delete the cached listing (<downloads.raw_dir>/bbbc006/{LISTING}) and rerun"
+        )
+    drops = sum(found[s].authors_rule_drops for s in SPLITS)
+    if drops:
+        warnings.append(
+            f"{drops} {channel} file name(s) carry text after the channel, so the authors' channel rule (first two characters of the last '_' part) "
+            "reads another channel and their test script would leave those files out; here they are paired by the field their names name"
+        )
     if not agrees:
         warnings.append(f"the authors' sorted pairing (sorted blur files beside each sorted GT file three times) puts some {channel} blur files with another field's GT; here they are paired by field")
     return ArchiveIndex(
@@ -282,6 +299,7 @@ def decided_counts(index: ArchiveIndex) -> dict[str, int]:
 RULE_TEXT = {
     "name": "from the blur file name (a z<NN> token after the channel, a <NN>_ prefix, or a z<NN>/ folder)",
     "broad": "from the Broad archive (BBBC006_v1_images_z_02/06/10.zip) that lists a file of exactly that name",
+    "elimination": "the one plane left in a field whose other two blur files were decided by name or by the Broad listing",
     "position": f"from the position in the sorted triple of a field's blur files: first z{PLANES[0]:02d}, then z{PLANES[1]:02d}, z{PLANES[2]:02d}",
     "sharpness": f"by sharpness within each field's triple: most blurred = farthest from focus ({NOT_INDEPENDENT})",
     "mixed": "file by file: from the name where it carries the plane, else from the Broad listing, else by sharpness (see decided_by)",

@@ -13,15 +13,13 @@ drop connections, and Snakemake takes *any* existing output file as complete. So
 
 Zip archives are checked with :func:`verify_zip` (CRC of every member) and unpacked with
 :func:`unpack_zip` into a temporary sibling folder that is renamed into place, refusing members
-that would land outside it (path traversal) or that are symbolic links. Gzipped tar archives
-(the authors' ``BBBC006.tar.gz``) get the same treatment from :func:`verify_targz`,
-:func:`unpack_tar` and :func:`fetch_targz`; a tar can also hold hard links and device files, which
-are refused as well.
+that would land outside it (path traversal) or that are symbolic links. Gzipped tar archives get
+the same treatment in :mod:`dgno.data.targz`. A ``file://`` URL (a mirror on a shared disk) is
+copied and checked like a download.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import http.client
 import logging
@@ -29,15 +27,14 @@ import os
 import re
 import shutil
 import stat
-import tarfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import zipfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import IO
 
 from tqdm import tqdm
 
@@ -144,9 +141,20 @@ def download(
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = part_path(dest)
-    _fetch_part(url, part, size=size, retries=retries, backoff=backoff, timeout=timeout, progress=progress, label=dest.name)
+    if urllib.parse.urlsplit(url).scheme == "file":
+        _copy_local(url, part)
+    else:
+        _fetch_part(url, part, size=size, retries=retries, backoff=backoff, timeout=timeout, progress=progress, label=dest.name)
     _accept(url, part, dest, sha256=sha256, size=size, check=check)
     return dest
+
+
+def _copy_local(url: str, part: Path) -> None:
+    """A ``file://`` URL (a mirror on a shared disk): copied, then checked like a download."""
+    source = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
+    if not source.is_file():
+        raise DownloadError(f"{url}: no such file ({source}). Fix: check the path in the URL, or place the file by hand")
+    shutil.copyfile(source, part)
 
 
 def _fetch_part(url: str, part: Path, *, size: int | None, retries: int, backoff: float, timeout: float, progress: bool, label: str) -> None:
@@ -356,144 +364,4 @@ def fetch_zip(url: str, dest: str | Path, **download_kw) -> Path:
             f"{url}: the downloaded archive is corrupt ({exc}); it was deleted and {dest} was not written. "
             f"Fix: re-run to download it again; if it fails the same way, the server's copy is damaged: "
             f"fetch the archive by hand from the dataset's page and place it at {dest}"
-        ) from None
-
-
-# ------------------------------------------------------------------------------------------ tar.gz
-
-
-class TruncatedArchive(InputError):
-    """The archive ends early: most likely an interrupted download, which can be resumed."""
-
-
-class _CountingReader:
-    """A read-only file wrapper that advances a progress bar by the compressed bytes read."""
-
-    def __init__(self, raw: IO[bytes], bar: tqdm) -> None:
-        self.raw, self.bar = raw, bar
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.raw.read(size)
-        self.bar.update(len(data))
-        return data
-
-
-def _check_tar_member(member: tarfile.TarInfo, archive: Path) -> None:
-    """Refuse members that would land outside the target folder, or that are links, devices or FIFOs."""
-    name = member.name
-    pure = PurePosixPath(name.replace("\\", "/"))
-    if pure.is_absolute() or ".." in pure.parts or re.match(r"^[A-Za-z]:", name) is not None:
-        problem = "is an absolute path or climbs out of the target folder"
-    elif not (member.isfile() or member.isdir()):
-        kind = "symbolic link" if member.issym() else "hard link" if member.islnk() else "device or FIFO"
-        problem = f"is a {kind}"
-    else:
-        return
-    raise InputError(
-        f"{archive}: member {name!r} {problem}; refusing to unpack it. "
-        "Fix: this is not the dataset's archive, delete it and download it from the dataset's page"
-    )
-
-
-def _walk_targz(path: Path, visit: Callable[[tarfile.TarInfo, IO[bytes] | None], None], *, progress: bool, desc: str) -> list[str]:
-    """Stream through a .tar.gz once: check each member, hand it to `visit`, then read to the gzip trailer.
-
-    One sequential pass (``r|`` stream mode) both verifies and extracts, so a multi-GB archive is
-    decompressed once. Reading to the end of the gzip stream makes ``gzip`` check the trailer's CRC-32
-    and length; tar header checksums are checked by ``tarfile``. Returns the member names in order.
-    """
-    fix = f"delete {path} and download it again; if the error repeats, the copy on the server is damaged"
-    if not path.exists():
-        raise InputError(f"{path}: archive does not exist. Fix: re-run the download rule that writes it")
-    names: list[str] = []
-    bar = tqdm(total=path.stat().st_size, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, disable=not progress, leave=False)
-    try:
-        with bar, open(path, "rb") as raw, gzip.GzipFile(fileobj=_CountingReader(raw, bar), mode="rb") as gz:
-            with tarfile.open(fileobj=gz, mode="r|") as tar:
-                for member in tar:
-                    _check_tar_member(member, path)
-                    names.append(member.name)
-                    visit(member, tar.extractfile(member) if member.isfile() else None)
-            while gz.read(CHUNK_BYTES):
-                pass
-    except EOFError as exc:
-        raise TruncatedArchive(
-            f"{path}: the archive is truncated ({exc}; {len(names)} member(s) read). Fix: re-run the download: "
-            f"it resumes from the bytes already there; or delete {path} and download it again"
-        ) from None
-    except tarfile.ReadError as exc:
-        cls = TruncatedArchive if "unexpected end" in str(exc) else InputError
-        raise cls(f"{path}: not a readable tar.gz archive ({exc}; {len(names)} member(s) read). Fix: {fix}") from None
-    except (tarfile.TarError, OSError, zlib.error) as exc:
-        raise InputError(f"{path}: corrupt tar.gz archive ({type(exc).__name__}: {exc}). Fix: {fix}") from None
-    if not names:
-        raise InputError(f"{path}: the tar.gz archive is empty. Fix: {fix}")
-    return names
-
-
-def _drain(member: tarfile.TarInfo, stream: IO[bytes] | None) -> None:
-    if stream is not None:
-        while stream.read(CHUNK_BYTES):
-            pass
-
-
-def verify_targz(path: str | Path, *, progress: bool = False) -> list[str]:
-    """Check that `path` is a complete, uncorrupted .tar.gz with safe members; return the member names.
-
-    Every member is read through (tar header checksums, data present) and the gzip stream to its
-    trailer (CRC-32 and length), so a truncated or damaged archive is reported by name before
-    anything is unpacked. A truncated one raises :class:`TruncatedArchive`.
-    """
-    path = Path(path)
-    return _walk_targz(path, _drain, progress=progress, desc=f"verify {path.name}")
-
-
-def unpack_tar(path: str | Path, out_dir: str | Path, *, progress: bool = True) -> Path:
-    """Unpack the .tar.gz at `path` into `out_dir` (replacing it), atomically, verifying as it goes.
-
-    Members go into ``.<out_dir>.tmp-<pid>`` beside `out_dir`, renamed into place only after the
-    whole archive, gzip trailer included, has been read without error; absolute paths, ``..``,
-    links and device files are refused. A failure leaves `out_dir` as it was. Returns `out_dir`.
-    """
-    path, out_dir = Path(path), Path(out_dir)
-    with atomic_dir(out_dir) as tmp:
-
-        def write(member: tarfile.TarInfo, stream: IO[bytes] | None) -> None:
-            target = tmp.joinpath(*PurePosixPath(member.name.replace("\\", "/")).parts)
-            if stream is None:
-                target.mkdir(parents=True, exist_ok=True)
-                return
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with open(target, "wb") as fh:
-                shutil.copyfileobj(stream, fh, CHUNK_BYTES)
-
-        _walk_targz(path, write, progress=progress, desc=f"unpack {path.name}")
-    return out_dir
-
-
-def fetch_targz(url: str, dest: str | Path, **download_kw) -> Path:
-    """Download a .tar.gz archive (see :func:`download`) and accept it only if :func:`verify_targz` passes.
-
-    A `dest` that exists but is truncated (e.g. an interrupted browser download placed by hand) is
-    moved to the part file and the download resumes from its end; any other damage to an existing
-    `dest` is reported, not overwritten. A downloaded archive that fails the check is deleted.
-    """
-    dest = Path(dest)
-    if dest.exists() and not part_path(dest).exists():
-        try:
-            verify_targz(dest)
-        except TruncatedArchive:
-            log.warning("%s is truncated; resuming its download from byte %d", dest, dest.stat().st_size)
-            os.replace(dest, part_path(dest))
-        except InputError as exc:
-            raise DownloadError(f"{exc} (the file was left in place; it was not downloaded by this run)") from None
-    try:
-        return download(url, dest, check=verify_targz, **download_kw)
-    except DownloadError:
-        raise
-    except InputError as exc:
-        raise DownloadError(
-            f"{url}: the downloaded archive is corrupt ({exc}); it was deleted and {dest} was not written. "
-            f"Fix: re-run to download it again; if it fails the same way, the server's copy is damaged: "
-            f"fetch the archive by hand and place it at {dest}"
         ) from None
