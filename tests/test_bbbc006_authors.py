@@ -35,8 +35,8 @@ from dgno.data import bbbc006_authors as authors
 from dgno.data.bbbc006_pairing import ARCHIVE, authors_channel, index_archive, parse_field, plane_from_name
 from dgno.data.check import check_prepared
 from dgno.data.download import DownloadError, part_path
-from dgno.data.targz import TruncatedArchive, unpack_tar, verify_targz
 from dgno.data.paired import level_test_ids
+from dgno.data.targz import TruncatedArchive, unpack_tar, verify_targz
 from dgno.io import InputError
 
 FAST = dict(backoff=0.0, timeout=10, progress=False)

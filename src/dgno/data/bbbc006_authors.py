@@ -41,8 +41,8 @@ from dgno.data import bbbc006
 from dgno.data.bbbc006_layout import ARCHIVE, PER_GT, PLANES, SPLITS, UNPACK_DIR, Pair, check_layout
 from dgno.data.bbbc006_pairing import ArchiveIndex, PlaneCheck, PlaneRule, index_archive, planes_record
 from dgno.data.download import DownloadError, part_path, sha256_file
-from dgno.data.targz import fetch_targz, unpack_tar
 from dgno.data.paired_sets import Report
+from dgno.data.targz import fetch_targz, unpack_tar
 from dgno.io import InputError, atomic_dir, is_hidden, read_json, write_json
 
 log = logging.getLogger(__name__)
