@@ -138,7 +138,7 @@ def test_the_section_says_how_the_data_were_read(settings, tmp_path):
     head, rows = sec.text_tables[-1]
     reading = {what: how for ds, what, how in rows if ds == "bbbc006_w1"}
     assert reading["pairing"].startswith("12 fields, 12 GT + 36 blur files; paired by field")
-    assert "96 hidden file(s) skipped (macOS ._* forks, dot-files: never images: test/GT 8, test/blur 24, train/GT 16, train/blur 48)" in reading["pairing"]
+    assert "100 hidden file(s) skipped (macOS ._* forks, dot-files: never images: test/GT 9, test/blur 25, train/GT 17, train/blur 49)" in reading["pairing"]
     assert reading["plane rule"].startswith("asked: auto; files decided by: broad 36 (100%)")
     assert reading["blur-order check"].startswith("passed: expected sharpness(z02) < sharpness(z06) < sharpness(z10); median sharpness z02 ")
     assert "0% of the checked fields out of order (allowed 5%); independent: yes" in reading["blur-order check"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -45,7 +46,7 @@ def _cli(inputs, out, model, *extra):
         ("--tile-batch", "0", "--tile-batch 0: at least one tile per pass"),
         ("--threads", "0", "--threads 0: at least one thread"),
         ("--channel", "-1", "--channel -1: channels are numbered from 0"),
-        ("--max-memory", "0", "--max-memory 0.0: must be positive"),
+        ("--max-memory", "0", "--max-memory 0.0: must be a positive number"),
     ],
 )
 def test_bad_options_fail_before_any_image(model, images, tmp_path, capsys, option, value, says):
@@ -206,6 +207,10 @@ def test_large_images_show_progress_per_tile(model, tmp_path, capsys, monkeypatc
     src = tmp_path / "large.tif"
     tifffile.imwrite(src, RNG.integers(0, 4096, (100, 100)).astype(np.uint16))
     assert _cli([src], tmp_path / "out", model, "--tile", "32", "--overlap", "8") == 0
+    err = capsys.readouterr().err
+    assert "/16 [" not in err  # not a terminal (a log file, a pipe): no bars between the lines
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert _cli([src], tmp_path / "out2", model, "--tile", "32", "--overlap", "8") == 0
     err = capsys.readouterr().err
     assert "large.tif:" in err and "/16 [" in err  # 4 × 4 tiles of 32 px with 8 px overlap
 

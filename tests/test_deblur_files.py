@@ -16,6 +16,7 @@ import tifffile
 from fixtures_deblur import model_file
 
 from dgno.cli import main
+from dgno.inference import deblur
 from dgno.inference.deblur import deblur_files
 
 RNG = np.random.default_rng(0)
@@ -208,3 +209,115 @@ def test_a_grey_image_into_an_rgb_network_is_refused_by_name(models, tmp_path, c
     tifffile.imwrite(tmp_path / "grey.tif", RNG.integers(0, 4096, (40, 50)).astype(np.uint16))
     assert _deblur(tmp_path / "grey.tif", tmp_path / "out", models["rgb"]) == 1
     assert "grey.tif: a grayscale image (1 channel(s)), but model rgb.pt restores 3-channel images" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------- unusual inputs
+
+
+def test_64_bit_integers_are_refused_by_name_and_the_batch_goes_on(models, tmp_path, capsys):
+    tifffile.imwrite(tmp_path / "u64.tif", np.array([[0, 2**64 - 1] * 8] * 16, np.uint64))
+    tifffile.imwrite(tmp_path / "fine.tif", RNG.integers(0, 4096, (16, 16)).astype(np.uint16))
+    assert _deblur([tmp_path / "u64.tif", tmp_path / "fine.tif"], tmp_path / "out", models["identity"]) == 1
+    err = capsys.readouterr().err
+    assert "u64.tif: plane 0: pixel type uint64: 64-bit integers cannot pass" in err and "Fix: save it as integers of up to 32 bits" in err
+    assert "RuntimeWarning" not in err and sorted(p.name for p in (tmp_path / "out").iterdir()) == ["fine.tif"]
+
+
+def test_a_twelve_bit_jpeg_beside_a_tiff_of_its_name_gets_its_own_output_and_is_skipped_when_done(models, tmp_path, capsys):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    twelve = RNG.integers(0, 4096, (32, 32)).astype(np.uint16)
+    (folder / "x.jpg").write_bytes(imagecodecs.jpeg8_encode(twelve, bitspersample=12, level=100))
+    tifffile.imwrite(folder / "x.tif", RNG.integers(0, 255, (32, 32)).astype(np.uint8))
+    assert _deblur(folder, tmp_path / "out", models["identity"]) == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["x.jpg.tif", "x.tif"]
+    assert tifffile.imread(tmp_path / "out" / "x.jpg.tif").dtype == np.uint16 and tifffile.imread(tmp_path / "out" / "x.tif").dtype == np.uint8
+    capsys.readouterr()
+    assert _deblur(folder, tmp_path / "out", models["identity"], "--skip-existing") == 0
+    assert "0 restored, 2 skipped" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_a_max_memory_that_is_no_positive_number_is_refused_before_any_work(models, tmp_path, capsys, value):
+    tifffile.imwrite(tmp_path / "a.tif", np.zeros((16, 16), np.uint16))
+    assert _deblur(tmp_path / "a.tif", tmp_path / "out", models["identity"], "--max-memory", value) == 2
+    assert f"--max-memory {float(value)}: must be a positive number" in capsys.readouterr().err
+
+
+def test_imagej_images_without_slices_keep_their_calibration(models, tmp_path):
+    stack = RNG.integers(0, 4096, (5, 24, 32)).astype(np.uint16)
+    description = "ImageJ=1.54f\nimages=5\nunit=micron\nspacing=0.7\nmin=0.0\nmax=4095.0\n"  # as older writers leave it: no slices=
+    tifffile.imwrite(tmp_path / "images.tif", stack, description=description, metadata=None, resolution=(1 / 0.325, 1 / 0.325))
+    with tifffile.TiffFile(tmp_path / "images.tif") as tif:
+        assert tif.series[0].axes == "IYX" and tif.imagej_metadata["unit"] == "micron"
+    assert _deblur(tmp_path / "images.tif", tmp_path / "out", models["identity"]) == 0
+    with tifffile.TiffFile(tmp_path / "out" / "images.tif") as tif:
+        meta = tif.imagej_metadata
+        assert meta["unit"] == "micron" and meta["spacing"] == pytest.approx(0.7) and meta["slices"] == 5
+        np.testing.assert_array_equal(tif.asarray(), stack)
+
+
+def test_axes_imagej_cannot_store_are_said_and_the_resolution_kept(models, tmp_path, capsys):
+    hyper = RNG.integers(0, 4096, (2, 3, 24, 32)).astype(np.uint16)
+    tifffile.imwrite(tmp_path / "tz.tif", hyper, imagej=True, metadata={"axes": "TZYX", "unit": "um", "spacing": 0.5}, resolution=(2.0, 2.0))
+    assert _deblur(tmp_path / "tz.tif", tmp_path / "out", models["identity"], "--axes", "ZTYX") == 0
+    assert "ImageJ cannot store the axes ZTYX" in capsys.readouterr().err
+    with tifffile.TiffFile(tmp_path / "out" / "tz.tif") as tif:
+        assert tif.pages[0].resolution == pytest.approx((2.0, 2.0)) and tif.series[0].axes == "ZTYX"
+
+
+def test_normalise_overrides_a_recorded_normalisation_this_version_does_not_know(tmp_path, capsys):
+    checkpoint = model_file(tmp_path / "m.pt", identity=True, normalise="zscore")
+    tifffile.imwrite(tmp_path / "a.tif", np.arange(256, dtype=np.uint16).reshape(16, 16))
+    assert _deblur(tmp_path / "a.tif", tmp_path / "bad", checkpoint) == 2
+    assert "Fix: pass --normalise minmax or dtype" in capsys.readouterr().err
+    assert _deblur(tmp_path / "a.tif", tmp_path / "out", checkpoint, "--normalise", "minmax") == 0
+
+
+def test_the_planes_of_a_stack_share_one_bit_depth(models, tmp_path, monkeypatch):
+    stack = np.stack([RNG.integers(0, 100, (24, 32)), RNG.integers(0, 4000, (24, 32))]).astype(np.uint16)  # a dim plane of 12-bit data
+    tifffile.imwrite(tmp_path / "stack.tif", stack)
+    seen = []
+    original = deblur.normalisation.normalise
+
+    def spy(values, kind, **kw):
+        unit, scaling = original(values, kind, **kw)
+        seen.append(scaling.hi)
+        return unit, scaling
+
+    monkeypatch.setattr(deblur.normalisation, "normalise", spy)
+    assert _deblur(tmp_path / "stack.tif", tmp_path / "out", models["identity"]) == 0
+    assert seen == [4095.0, 4095.0]
+
+
+def test_a_file_reached_twice_is_restored_once_with_a_note_and_a_broken_link_is_named(models, tmp_path, capsys):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    tifffile.imwrite(folder / "a.tif", np.zeros((16, 16), np.uint16))
+    (folder / "link_to_a.tif").symlink_to(folder / "a.tif")
+    (folder / "gone.tif").symlink_to(folder / "missing.tif")
+    assert _deblur(folder, tmp_path / "out", models["identity"]) == 1
+    err = capsys.readouterr().err
+    assert "link_to_a.tif: the same file as" in err and "restored once" in err and "gone.tif: a link to" in err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.tif"]
+
+
+def test_grey_pages_declared_colour_by_axes_are_written_as_rgb(models, tmp_path):
+    tifffile.imwrite(tmp_path / "pages.tif", RNG.integers(0, 255, (3, 24, 32)).astype(np.uint8), photometric="minisblack", metadata=None)
+    assert _deblur(tmp_path / "pages.tif", tmp_path / "out", models["identity"], "--axes", "SYX") == 0
+    with tifffile.TiffFile(tmp_path / "out" / "pages.tif") as tif:
+        assert tif.pages[0].photometric == tifffile.PHOTOMETRIC.RGB and tif.pages[0].extrasamples == ()
+
+
+def test_palette_pngs_and_cmyk_jpegs_are_refused_by_name(models, tmp_path, capsys):
+    import io
+
+    from PIL import Image
+
+    Image.fromarray(RNG.integers(0, 255, (16, 16)).astype(np.uint8)).convert("P").save(tmp_path / "palette.png")
+    buf = io.BytesIO()
+    Image.fromarray(RNG.integers(0, 255, (16, 16, 4)).astype(np.uint8), mode="CMYK").save(buf, "JPEG")
+    (tmp_path / "ink.jpg").write_bytes(buf.getvalue())
+    assert _deblur([tmp_path / "palette.png", tmp_path / "ink.jpg"], tmp_path / "out", models["rgb"]) == 1
+    err = capsys.readouterr().err
+    assert "palette.png: an indexed-colour (palette) image" in err and "ink.jpg: a CMYK JPEG" in err

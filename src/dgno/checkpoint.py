@@ -63,8 +63,11 @@ def weights_digest(state_dict: dict[str, torch.Tensor]) -> str:
 
 def _read_blob(path: Path, device: torch.device | str) -> dict[str, Any]:
     """The dict stored in a model or checkpoint file, read as data only."""
+    if path.is_dir():
+        inside = path / "model.pt"
+        raise InputError(f"{path}: is a folder, not a model file. Fix: pass {inside if inside.is_file() else 'the model.pt file itself'}")
     if not path.exists():
-        raise InputError(f"{path}: checkpoint does not exist. Fix: train the model first (snakemake ... model.pt)")
+        raise InputError(f"{path}: checkpoint does not exist. Fix: check the path; a model this workflow trained is results/train/<dataset>/<method>/model.pt")
     try:
         # weights_only: a model file is data; full unpickling would run code from a shared file
         blob = torch.load(path, map_location=device, weights_only=True)
@@ -95,6 +98,9 @@ def _from_model_file(path: Path, blob: dict[str, Any], device: torch.device | st
     if "spec" not in blob or "state_dict" not in blob:
         hint = " (a training's resume checkpoint: dgno evaluate scores it)" if "iteration" in blob else ""
         raise InputError(f"{path}: not a dgno model file (no model spec inside){hint}. Fix: use the model.pt written by 'dgno train'")
+    version = blob.get("version", CHECKPOINT_VERSION)
+    if not isinstance(version, int) or version > CHECKPOINT_VERSION:
+        raise InputError(f"{path}: model file format version {version!r}; this dgno reads versions up to {CHECKPOINT_VERSION}. Fix: update dgno, or retrain with this version")
     return _build(path, blob["spec"], blob["state_dict"], device), blob
 
 

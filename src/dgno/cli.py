@@ -15,6 +15,7 @@ import sys
 
 from dgno.data.check import NAMES as DATA_NAMES
 from dgno.data.check import data_check
+from dgno.interrupts import INTERRUPTED, quiet_start
 from dgno.io import InputError
 from dgno.report.build import build_report
 from dgno.workflow.config import load_config
@@ -49,7 +50,8 @@ def _run_command(args: argparse.Namespace) -> int:
     """Run a sub-command of :mod:`dgno.commands` (the function named like the command)."""
     if args.command in PASSIVE_THREAD_COMMANDS:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from dgno import commands  # torch and matplotlib take seconds to import: only when a command needs them
+    with quiet_start():  # Ctrl-C while torch loads: exit at once (dgno.interrupts)
+        from dgno import commands  # torch and matplotlib take seconds to import: only when a command needs them
 
     return getattr(commands, args.command.replace("-", "_"))(args)
 
@@ -118,8 +120,8 @@ def _add_deblur(sub) -> None:
         help="restore your own images (TIFF incl. ImageJ/OME, PNG, JPEG; z-stacks, time series, channels) with a trained model.pt or the authors' released weights",
         description="Restore images with a trained network. Each output keeps its input's file name, container, pixel type and "
         "value range: a TIFF stays a TIFF with its ImageJ or OME metadata, pixel size and resolution; a PNG stays a PNG (8/16-bit); "
-        "a JPEG stays a JPEG (8-bit, encoded again at quality 95); only a pixel type the container cannot hold would be written "
-        "as <name>.tif. Stacks and channels are restored plane by plane into the same shape. Options, device and output folder "
+        "a JPEG stays a JPEG (encoded again at quality 95); a pixel type the container cannot hold (a 12-bit JPEG) is written "
+        "as a TIFF named <name>.tif after the whole input name (x.jpg -> x.jpg.tif). Palette and CMYK images are refused. Stacks and channels are restored plane by plane into the same shape. Options, device and output folder "
         "are checked before the first image; one file's failure never stops the batch. Details: docs/own_images.md",
     )
     p.add_argument("inputs", nargs="+", help="image files or folders of them (hidden files such as ._name.tif are skipped)")
@@ -274,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except KeyboardInterrupt:
         print(f"dgno {args.command}: interrupted", file=sys.stderr)
-        return 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+        return INTERRUPTED  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -45,15 +45,19 @@ def visible_files(folder: str | Path, suffixes: tuple[str, ...] = IMAGE_SUFFIXES
     """(sorted data files with one of ``suffixes``, sorted hidden files skipped) below ``folder``.
 
     The skipped list is returned so that callers can count it in a manifest or a summary: a user whose
-    archive was packed on a Mac should see "12 hidden files skipped", not a pairing error.
+    archive was packed on a Mac should see "12 hidden files skipped", not a pairing error. It holds
+    every hidden file, whatever its suffix (``.DS_Store`` too): what was there and not read.
     """
     root = Path(folder)
     found = root.rglob("*") if recursive else root.iterdir()
     keep, skipped = [], []
     for path in found:
-        if not path.is_file() or path.suffix.lower() not in suffixes:
+        if not path.is_file():
             continue
-        (skipped if is_hidden(path.relative_to(root)) else keep).append(path)
+        if is_hidden(path.relative_to(root)):
+            skipped.append(path)
+        elif path.suffix.lower() in suffixes:
+            keep.append(path)
     return sorted(keep), sorted(skipped)
 
 

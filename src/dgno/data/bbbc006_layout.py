@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dgno.data import bbbc006
-from dgno.io import InputError, is_hidden, visible_files
+from dgno.io import InputError, visible_files
 
 ARCHIVE = "BBBC006.tar.gz"
 UNPACK_DIR = "authors"  # raw_root/authors/BBBC006: where the archive is unpacked
@@ -168,10 +168,7 @@ def tiffs(folder: Path) -> tuple[list[Path], list[Path]]:
     The skipped list holds all hidden files, not only hidden TIFFs (``.DS_Store`` and ``__MACOSX/``
     contents too): the manifest counts what was there and not read.
     """
-    if not folder.is_dir():
-        return [], []
-    files, _ = visible_files(folder, TIFF_SUFFIXES, recursive=True)
-    return files, sorted(p for p in folder.rglob("*") if p.is_file() and is_hidden(p.relative_to(folder)))
+    return visible_files(folder, TIFF_SUFFIXES, recursive=True) if folder.is_dir() else ([], [])
 
 
 # ------------------------------------------------------------------------------------------ fixes

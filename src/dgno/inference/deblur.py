@@ -28,7 +28,7 @@ from dgno.inference import memory, normalisation, preflight
 from dgno.inference.axes import Layout, check_axes_option, check_plane_size, from_planes, resolve_layout, to_planes
 from dgno.inference.cuda_graphs import capturable
 from dgno.inference.evaluate import default_tile_batch, model_restorer
-from dgno.inference.image_files import output_name, read_image_file, write_like
+from dgno.inference.image_files import converted_name, imagej_axes, may_convert, output_name, read_image_file, write_like
 from dgno.inference.tiling import BLENDS, pass_count
 from dgno.io import IMAGE_SUFFIXES, InputError, visible_files
 
@@ -106,8 +106,12 @@ def check_options(options: DeblurOptions) -> DeblurOptions:
     return replace(options, threads=preflight.check_threads(options.threads), axes=check_axes_option(options.axes))
 
 
-def expand_inputs(inputs: Sequence[str | Path]) -> tuple[list[Path], list[tuple[Path, str]], int]:
-    """(image files, failures, hidden files skipped): folders expand to their images, each file once."""
+def expand_inputs(inputs: Sequence[str | Path]) -> tuple[list[Path], list[tuple[Path, str]], int, list[str]]:
+    """(image files, failures, hidden files skipped, notes): folders expand to their images, each file once.
+
+    A file reached twice (named twice, or through a link) is restored once, with a note; a broken
+    link in a folder is that link's failure.
+    """
     files: list[Path] = []
     failures: list[tuple[Path, str]] = []
     hidden = 0
@@ -117,22 +121,37 @@ def expand_inputs(inputs: Sequence[str | Path]) -> tuple[list[Path], list[tuple[
             found, skipped = visible_files(path)
             hidden += len(skipped)
             files += found
+            failures += [(link, f"{link}: a link to {link.readlink()}, which does not exist. Fix: remove the link or restore its target") for link in _broken_links(path)]
             if not found:
                 failures.append((path, f"{path}: a folder without images ({', '.join(IMAGE_SUFFIXES)}). Fix: pass the folder that holds the images, or the files"))
         elif not path.exists():
             failures.append((path, f"{path}: file does not exist. Fix: check the path"))
         else:
             files.append(path)
-    seen: set[Path] = set()
-    unique = [p for p in files if not (p.resolve() in seen or seen.add(p.resolve()))]  # a file named twice, once
-    return unique, failures, hidden
+    first: dict[Path, Path] = {}
+    unique, notes = [], []
+    for p in files:
+        key = p.resolve()
+        if key in first:
+            if p != first[key]:
+                notes.append(f"note: {p}: the same file as {first[key]}; restored once")
+            continue
+        first[key] = p
+        unique.append(p)
+    return unique, failures, hidden, notes
+
+
+def _broken_links(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_symlink() and not p.exists() and p.suffix.lower() in IMAGE_SUFFIXES)
 
 
 def output_paths(inputs: Sequence[Path], output_dir: Path) -> tuple[dict[Path, Path], list[tuple[Path, str]]]:
     """({input: output_dir/<name>}, refusals): never an output onto an input file, never two inputs onto one output.
 
     An output folder that is the input folder would replace ``a.tif`` by its restoration, and two
-    folders may both hold an ``a.tif``: those inputs are refused, by name, before any work.
+    folders may both hold an ``a.tif``: those inputs are refused, by name, before any work. A PNG or
+    JPEG input claims its converted name too (:func:`converted_name`), which it is written under when
+    its pixel type needs TIFF.
     """
     resolved_inputs = {p.resolve(): p for p in inputs}
     targets: dict[Path, Path] = {}
@@ -140,15 +159,23 @@ def output_paths(inputs: Sequence[Path], output_dir: Path) -> tuple[dict[Path, P
     refusals = []
     for path in inputs:
         out = output_dir / path.name
-        key = out.resolve()
-        if key in resolved_inputs:
-            refusals.append((path, f"{path}: its output {out} would overwrite the input file {resolved_inputs[key]}. Fix: choose another --output folder"))
-        elif key in claimed:
-            refusals.append((path, f"{path}: its output {out} is also the output of {claimed[key]} (same name). Fix: rename one of them or restore them separately"))
+        names = [out, *([output_dir / converted_name(path)] if may_convert(path) else [])]
+        keys = [n.resolve() for n in names]
+        overwritten = next((k for k in keys if k in resolved_inputs), None)
+        taken = next((k for k in keys if k in claimed), None)
+        if overwritten is not None:
+            refusals.append((path, f"{path}: its output {out} would overwrite the input file {resolved_inputs[overwritten]}. Fix: choose another --output folder"))
+        elif taken is not None:
+            refusals.append((path, f"{path}: its output {taken} is also the output of {claimed[taken]} (same name). Fix: rename one of them or restore them separately"))
         else:
-            claimed[key] = path
+            claimed |= dict.fromkeys(keys, path)
             targets[path] = out
     return targets, refusals
+
+
+def _written_before(path: Path, target: Path) -> bool:
+    """Whether ``path``'s output is already in the output folder, under its own or its converted name (a file, not a folder)."""
+    return target.is_file() or (may_convert(path) and target.with_name(converted_name(path)).is_file())
 
 
 def failure_line(path: Path, target: Path, exc: BaseException) -> str:
@@ -198,7 +225,7 @@ class PlaneRestorer:
             return wanted
         cap = max(memory.tile_cap(self.bytes_per_pixel(), self.budget, tile_batch=self.tile_batch, buffers=buffers), -(-(overlap + 1) // memory.TILE_MULTIPLE) * memory.TILE_MULTIPLE)
         asked = f"one pass over {height}×{width} px" if one_pass else f"{wanted}-px tiles ({self.tile_batch} per pass)"
-        self._say_once(f"note: {asked} would need about {(pixels * batch * self.bytes_per_pixel() + buffers) / 2**30:.1f} GiB, more than the budget of {self.budget / 2**30:.1f} GiB; using {cap}-px tiles (--max-memory sets the budget)")
+        self._say_once(f"note: {asked} would need about {(pixels * batch * self.bytes_per_pixel() + buffers) / 2**30:.3g} GiB, more than the budget of {self.budget / 2**30:.3g} GiB; using {cap}-px tiles (--max-memory sets the budget)")
         return cap
 
     def _restorer(self, tile: int | None) -> Callable:
@@ -239,8 +266,13 @@ class _Run:
     report: Report
 
 
+def _bars(options: DeblurOptions) -> bool:
+    """Progress bars only on a terminal: in a log file or a pipe their redraws would break into the error and note lines."""
+    return options.progress and sys.stderr.isatty()
+
+
 def _tile_bar(run: _Run, path: Path, total: int):
-    return tqdm(total=total, desc=path.name, unit="pass", leave=False, disable=not run.options.progress or total < 2, file=sys.stderr, delay=PROGRESS_DELAY_S)
+    return tqdm(total=total, desc=path.name, unit="pass", leave=False, disable=not _bars(run.options) or total < 2, file=sys.stderr, delay=PROGRESS_DELAY_S)
 
 
 def _restore_planes(run: _Run, path: Path, planes: np.ndarray, layout: Layout, significant_bits: int | None) -> np.ndarray:
@@ -266,11 +298,12 @@ def _restore_planes(run: _Run, path: Path, planes: np.ndarray, layout: Layout, s
                 bar.update(1)
             return out
 
+        significant_bits = significant_bits or normalisation.data_bits(planes)  # one bit depth for the whole file
         for i, plane in enumerate(planes):
             try:
                 unit, scaling = normalisation.normalise(plane, run.normalise, significant_bits=significant_bits)
             except ValueError as exc:
-                fix = "export the image without NaN/Inf values" if "NaN" in str(exc) else "save it as integers or floats"
+                fix = "export the image without NaN/Inf values" if "NaN" in str(exc) else "save it as integers of up to 32 bits, or as floats"
                 raise InputError(f"{path}: plane {i}: {exc}. Fix: {fix}") from None
             fallback = fallback or scaling.fallback
             out = np.stack([restore(unit[..., k]) for k in range(samples)], axis=-1) if layout.per_sample else restore(unit)
@@ -295,6 +328,8 @@ def restore_file(run: _Run, path: Path, target: Path) -> Path:
     planes, alpha = to_planes(data, layout)
     restored = _restore_planes(run, path, planes, layout, source.significant_bits)
     out = from_planes(restored, alpha, layout, data.shape)
+    if source.imagej is not None and imagej_axes(layout.output_axes) is None:
+        run.report(f"note: {path}: ImageJ cannot store the axes {layout.output_axes} (it needs them in the order TZCYX); the output keeps the resolution and the axes, not the ImageJ unit, spacing, ranges or LUTs")
     written = target.with_name(output_name(source, out.dtype))
     write_like(written, out, source, axes=layout.output_axes, channel=layout.pick[1] if layout.pick else None)
     return written
@@ -309,7 +344,7 @@ def _settle(checkpoint: str | Path, options: DeblurOptions, device: torch.device
         if not ok:
             raise InputError(f"--cuda-graphs: {why}. Fix: leave out --cuda-graphs, or run on a GPU with the triton or mamba_ssm scan")
     try:
-        recorded = normalisation.recorded(blob)
+        recorded = None if options.normalise else normalisation.recorded(blob)  # --normalise overrides whatever is recorded
     except ValueError as exc:
         raise InputError(f"{checkpoint}: {exc}. Fix: pass --normalise minmax or dtype") from None
     kind = options.normalise or recorded
@@ -323,14 +358,16 @@ def _settle(checkpoint: str | Path, options: DeblurOptions, device: torch.device
 
 def _pending(inputs: Sequence[str | Path], output_dir: Path, options: DeblurOptions, summary: BatchSummary, report: Report) -> dict[Path, Path]:
     """{input: output} still to restore; missing inputs, clashes and (with skip_existing) finished ones are counted."""
-    files, failures, summary.hidden = expand_inputs(inputs)
+    files, failures, summary.hidden, notes = expand_inputs(inputs)
+    for note in notes:
+        report(note)
     targets, refusals = output_paths(files, output_dir)
     for path, message in failures + refusals:
         summary.failed.append((path, message))
         report(f"error: {message}")
     if options.skip_existing:
-        summary.skipped = [p for p, out in targets.items() if out.exists()]
-        targets = {p: out for p, out in targets.items() if not out.exists()}
+        summary.skipped = [p for p, out in targets.items() if _written_before(p, out)]
+        targets = {p: out for p, out in targets.items() if p not in summary.skipped}
     return targets
 
 
@@ -351,7 +388,7 @@ def deblur_batch(inputs: Sequence[str | Path], output_dir: str | Path, *, checkp
     try:
         run = _settle(checkpoint, options, dev, report)
         targets = _pending(inputs, output_dir, options, summary, report)
-        for path, target in tqdm(targets.items(), desc="deblur", unit="image", disable=not options.progress or len(targets) < 2, file=sys.stderr, delay=PROGRESS_DELAY_S):
+        for path, target in tqdm(targets.items(), desc="deblur", unit="image", disable=not _bars(options) or len(targets) < 2, file=sys.stderr, delay=PROGRESS_DELAY_S):
             try:
                 summary.restored.append(restore_file(run, path, target))
             except Exception as exc:  # noqa: BLE001 - any failure of one file is that file's error line

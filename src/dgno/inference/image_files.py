@@ -34,6 +34,7 @@ from dgno.io import InputError, atomic_path
 TIFF_SUFFIXES = (".tif", ".tiff")
 PNG_SUFFIXES = (".png",)
 JPEG_SUFFIXES = (".jpg", ".jpeg")
+PNG_PALETTE = 3  # the colour type byte of a PNG's IHDR chunk for an indexed-colour image
 JPEG_QUALITY = 95
 PHOTOMETRIC_MINISWHITE, PHOTOMETRIC_RGB, PHOTOMETRIC_PALETTE, PHOTOMETRIC_YCBCR = 0, 2, 3, 6  # TIFF tag 262 values
 # Keys tifffile's ImageJ writer derives from the array and its axes: passed on, they would contradict it.
@@ -122,7 +123,12 @@ def _read_tiff(path: Path) -> tuple[np.ndarray, ImageSource]:
 def _read_png_jpeg(path: Path, kind: str) -> tuple[np.ndarray, ImageSource]:
     import imagecodecs
 
-    data = np.asarray((imagecodecs.png_decode if kind == "png" else imagecodecs.jpeg8_decode)(path.read_bytes()))
+    raw = path.read_bytes()
+    if kind == "png" and raw[:8] == b"\x89PNG\r\n\x1a\n" and len(raw) > 25 and raw[25] == PNG_PALETTE:
+        raise _fail(path, "an indexed-colour (palette) image: its values are colour numbers, not intensities", "save it as grey or RGB")
+    data = np.asarray((imagecodecs.png_decode if kind == "png" else imagecodecs.jpeg8_decode)(raw))
+    if kind == "jpeg" and data.ndim == 3 and data.shape[-1] == 4:
+        raise _fail(path, "a CMYK JPEG (4 ink channels, not light intensities)", "save it as RGB or grey")
     axes = "YX" if data.ndim == 2 else "YXS"
     return data, ImageSource(path, kind, axes, tuple(data.shape), data.dtype.str)
 
@@ -155,10 +161,24 @@ def read_image_file(path: str | Path) -> tuple[np.ndarray, ImageSource]:
 
 
 def output_name(source: ImageSource, dtype: np.dtype) -> str:
-    """The restored file's name: the input's, unless its container cannot hold ``dtype`` (then ``<stem>.tif``)."""
+    """The restored file's name: the input's, unless its container cannot hold ``dtype`` (then :func:`converted_name`)."""
     dtype = np.dtype(dtype)
     fits = {"tiff": True, "png": dtype in (np.uint8, np.uint16), "jpeg": dtype == np.uint8}[source.kind]
-    return source.path.name if fits else f"{source.path.stem}.tif"
+    return source.path.name if fits else converted_name(source.path)
+
+
+def converted_name(path: Path) -> str:
+    """The name of a restored PNG/JPEG written as TIFF: the whole input name plus ``.tif`` (``x.jpg`` → ``x.jpg.tif``).
+
+    Why not ``x.tif``: a folder may hold both ``x.jpg`` and ``x.tif``; their outputs must not meet. The
+    name is known before the file is read, so clashes and ``--skip-existing`` are settled up front.
+    """
+    return f"{path.name}.tif"
+
+
+def may_convert(path: Path) -> bool:
+    """Whether the output of ``path`` may be written under :func:`converted_name` (a PNG or JPEG input)."""
+    return path.suffix.lower() in PNG_SUFFIXES + JPEG_SUFFIXES
 
 
 def _ns(root: ET.Element) -> str:
@@ -226,7 +246,8 @@ def _imagej_for_output(metadata: dict[str, Any], *, axes: str, channel: int | No
 def _layout_options(source: ImageSource, axes: str, shape: tuple[int, ...]) -> dict[str, Any]:
     """Photometric, planar layout and extra samples (alpha) of an array of ``axes`` stored like ``source``."""
     samples = shape[axes.index("S")] if "S" in axes else 1
-    colour = samples >= 3 and source.photometric in (PHOTOMETRIC_RGB, PHOTOMETRIC_YCBCR)  # decoded JPEG tiles are RGB
+    # decoded JPEG tiles are RGB; samples the file did not have (--axes SYX on three grey pages) are colour by the user's word
+    colour = samples >= 3 and (source.photometric in (PHOTOMETRIC_RGB, PHOTOMETRIC_YCBCR) or "S" not in source.axes)
     grey = "miniswhite" if source.photometric == PHOTOMETRIC_MINISWHITE else "minisblack"
     options: dict[str, Any] = {"photometric": "rgb" if colour else grey}
     if "S" in axes:
@@ -235,6 +256,17 @@ def _layout_options(source: ImageSource, axes: str, shape: tuple[int, ...]) -> d
         if extra > 0 and len(source.extrasamples) >= extra:
             options["extrasamples"] = source.extrasamples[:extra]
     return options
+
+
+def imagej_axes(axes: str) -> str | None:
+    """``axes`` as ImageJ stores them, or None when it cannot: ImageJ's letters in its order TZCYXS.
+
+    A file ImageJ wrote with ``images=n`` and no ``slices=`` reads as ``IYX``: its planes are slices, so
+    ``I`` is written back as ``Z``.
+    """
+    if "I" in axes and "Z" not in axes:
+        axes = axes.replace("I", "Z")
+    return axes if "".join(a for a in "TZCYXS" if a in axes) == axes else None
 
 
 def _tiff_options(source: ImageSource, axes: str, shape: tuple[int, ...], channel: int | None) -> dict[str, Any]:
@@ -247,8 +279,8 @@ def _tiff_options(source: ImageSource, axes: str, shape: tuple[int, ...], channe
     if source.compressed:
         options["compression"] = "zlib"
     same_planes = tuple(shape) == source.shape
-    if source.imagej is not None and "".join(a for a in "TZCYXS" if a in axes) == axes:  # ImageJ's letters, in its order
-        options.update(imagej=True, metadata=_imagej_for_output(source.imagej, axes=axes, channel=channel, same_planes=same_planes))
+    if source.imagej is not None and (ij_axes := imagej_axes(axes)) is not None:
+        options.update(imagej=True, metadata=_imagej_for_output(source.imagej, axes=ij_axes, channel=channel, same_planes=same_planes))
     elif source.ome is not None and (xml := _ome_or_none(source.ome, axes, shape, channel)) is not None:
         options.update(description=xml, metadata=None)
     elif source.shaped or source.ome is not None or set(axes) - set("YXSIQ"):  # tifffile's shape record keeps named axes (a vendor format's Z, C, T)

@@ -73,6 +73,19 @@ def full_scale(dtype: np.dtype, max_value: float, *, significant_bits: int | Non
     return float(2**value_bits - 1)
 
 
+def data_bits(values: np.ndarray) -> int | None:
+    """The bit depth b of non-negative integer data, from its largest value (as :func:`full_scale` picks it); else None.
+
+    Why: a stack's planes, or a file's images, come from one camera. Its bit depth decided once for the
+    whole file keeps a dim plane of 12-bit data from being read as 8-bit data while its neighbours
+    are read as 12-bit (each plane would then be scaled differently).
+    """
+    values = np.asarray(values)
+    if values.dtype.kind not in "ui" or values.size == 0 or values.min() < 0:
+        return None
+    return int(full_scale(values.dtype, float(values.max()))).bit_length()
+
+
 def _minmax(values: np.ndarray, dtype: str, fallback: str = "") -> Scaling:
     lo, hi = float(np.min(values)), float(np.max(values))
     return Scaling(lo, hi, dtype, "minmax", fallback)
@@ -88,6 +101,8 @@ def scaling_for(values: np.ndarray, kind: str, *, significant_bits: int | None =
     dtype = values.dtype
     if dtype.kind not in "buif":
         raise ValueError(f"pixel type {dtype} cannot be restored; allowed: integers, floats, booleans")
+    if dtype.kind in "ui" and dtype.itemsize > 4:
+        raise ValueError(f"pixel type {dtype}: 64-bit integers cannot pass through the network's float arithmetic exactly; allowed: integers of up to 32 bits, floats, booleans")
     if dtype.kind == "f" and not np.all(np.isfinite(values)):
         raise ValueError(f"{int((~np.isfinite(values)).sum())} NaN/Inf pixel value(s)")
     if values.size == 0:

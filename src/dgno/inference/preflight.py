@@ -9,6 +9,7 @@ restoration) checks the same things the same way.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -90,5 +91,5 @@ def use_threads(threads: int) -> None:
 
 def check_positive(option: str, value: float | None) -> None:
     """A numeric option that must be positive when given (``--max-memory``, ``--channel`` uses >= 0 instead)."""
-    if value is not None and value <= 0:
-        raise InputError(f"{option} {value}: must be positive. Fix: leave it out for the default, or give a positive number")
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise InputError(f"{option} {value}: must be a positive number. Fix: leave it out for the default, or give a positive number")
