@@ -321,3 +321,12 @@ def test_palette_pngs_and_cmyk_jpegs_are_refused_by_name(models, tmp_path, capsy
     assert _deblur([tmp_path / "palette.png", tmp_path / "ink.jpg"], tmp_path / "out", models["rgb"]) == 1
     err = capsys.readouterr().err
     assert "palette.png: an indexed-colour (palette) image" in err and "ink.jpg: a CMYK JPEG" in err
+
+
+def test_a_folder_as_checkpoint_and_options_beside_a_model_file_are_refused(models, tmp_path, capsys):
+    tifffile.imwrite(tmp_path / "a.tif", np.zeros((16, 16), np.uint16))
+    folder = models["identity"].parent
+    assert _deblur(tmp_path / "a.tif", tmp_path / "out", folder) == 2
+    assert "is a folder, not a model file" in capsys.readouterr().err
+    assert _deblur(tmp_path / "a.tif", tmp_path / "out", models["identity"], "--options", "x.yml") == 2
+    assert "--options x.yml is for an authors' .pth checkpoint" in capsys.readouterr().err

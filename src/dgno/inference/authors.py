@@ -74,6 +74,9 @@ def release_url() -> str:
 def checkpoint_kind(path: str | Path) -> str:
     """"dgno" for a project model.pt (model spec + state dict), "authors" for a BasicSR .pth (``params``)."""
     path = Path(path)
+    if path.is_dir():
+        inside = path / "model.pt"
+        raise InputError(f"{path}: is a folder, not a model file. Fix: pass {inside if inside.is_file() else 'the model.pt or .pth file itself'}")
     if not path.is_file():
         raise InputError(f"{path}: checkpoint does not exist. Fix: check the path, or use --authors NAME to download a released one")
     try:
@@ -128,6 +131,8 @@ def local(path: str | Path, *, options: str | Path | None = None, cache: str | P
     """``--checkpoint FILE``: a project model.pt as it is, or an authors' .pth imported into the cache."""
     path = Path(path)
     if checkpoint_kind(path) == "dgno":
+        if options is not None:
+            raise InputError(f"{path}: a dgno model file, which holds its network; --options {options} is for an authors' .pth checkpoint. Fix: leave out --options")
         return Restoration(path, path.name)
     name = path.stem
     if options is None and name not in released_networks():
