@@ -130,7 +130,7 @@ def deblur_slide(args: argparse.Namespace) -> int:
     """Restore each slide; one line per slide; exit 143 when stopped by a signal (a rerun resumes)."""
     # Options, threads, output folder and names first: a mistake there is said before any download or slide.
     threads = preflight.check_threads(args.threads)
-    unique_names(args.slides, fix="restore them into different --output folders")
+    slides = list(unique_names(args.slides, fix="restore them into different --output folders").values())  # a slide named twice: once
     preflight.prepare_output_dir(args.output)
     network = load_network(checkpoint=args.checkpoint, authors=args.authors, options=args.options, device=args.device, tile_batch=args.tile_batch,
                            cuda_graphs=args.cuda_graphs, bf16=args.bf16, threads=threads, normalise=args.normalise, tile=args.tile, overlap=args.overlap)  # fmt: skip
@@ -138,7 +138,7 @@ def deblur_slide(args: argparse.Namespace) -> int:
                    min_tissue=args.min_tissue, focus_downsample=args.focus_downsample, compression=args.compression, overwrite=args.overwrite,
                    dry_run=args.dry_run, workers=threads if args.threads else min(threads, 4))  # fmt: skip
     failures = []
-    for path in args.slides:
+    for path in slides:
         try:
             print(_slide_line(restore_slide(path, args.output, network=network, **options)))
         except SlideInterrupted as exc:

@@ -6,12 +6,17 @@ down in blocks; a slide without a pyramid is read in blocks, so its level 0 is n
 
 **Tissue.** Brightfield (RGB): the mean optical density −log10(I / 255) over R, G, B, thresholded by
 Otsu's method on log OD, the threshold kept in [0.02, 0.05] OD: at least the noise of white glass
-(≈ 245 of 255), at most the palest stained tissue (≈ 227 of 255). The upper bound matters: nuclei,
-stroma and glass make three populations, and Otsu alone splits dark nuclei from pale stroma on a slide
-that is mostly tissue. Transparent pixels (RGBA) are glass.
+(≈ 245 of 255), at most the palest stained tissue (≈ 227 of 255). The lower bound rises to 0.01 OD
+above the slide's own glass (its brightest percent of thumbnail pixels, when brighter than pale
+tissue), so a scanner whose glass reads 235-244 does not make empty glass tissue. The upper bound
+matters: nuclei, stroma and glass make three populations, and Otsu alone splits dark nuclei from pale
+stroma on a slide that is mostly tissue. Transparent pixels (RGBA) are glass.
 Fluorescence and other single-channel data: Otsu's threshold on log intensity of the restored channel,
-on the side away from the glass (the side the slide's border lies on is taken as glass). A tile is
-tissue when at least ``min_tissue`` of its area is; only tissue tiles are ever sent to the network.
+on the side away from the glass (the side the slide's border lies on is taken as glass). Otsu splits
+any data in two, pure camera noise too, so the two sides must stand apart: the tissue side's median at
+least ``MIN_SEPARATION`` standard deviations of the glass side from the glass side's median (camera
+noise alone gives about 1.7), else the slide holds no tissue. A tile is tissue when at least
+``min_tissue`` of its area is; only tissue tiles are ever sent to the network.
 
 **Focus.** The blur effect of Crété-Roffet et al. (2007, "The blur effect: perception and estimation
 with a new no-reference perceptual blur metric"; ``skimage.measure.blur_effect``): how much of a
@@ -49,6 +54,9 @@ from dgno.slides.reader import Slide
 THUMB_PX_PER_TILE = 16
 THUMB_MAX_SIDE = 4096
 OD_THRESHOLD_RANGE = (0.02, 0.05)
+GLASS_MARGIN_OD = 0.01  # the tissue threshold's distance above the slide's own glass
+GLASS_PERCENTILE = 99.0  # the thumbnail's brightest pixels: glass, when brighter than the palest tissue
+MIN_SEPARATION = 3.0  # fluorescence: tissue-side median minus glass-side median, in glass-side standard deviations
 REFERENCE_PERCENTILE = 25.0
 FOCUS_MARGIN = 0.10
 MIN_TISSUE = 0.05
@@ -132,16 +140,23 @@ def tissue_rule(thumb: Thumbnail, *, photometric: str, channel: int, dtype: np.d
     if photometric in ("rgb", "rgba"):
         top = float(np.iinfo(dtype).max) if np.dtype(dtype).kind in "ui" else 1.0
         probe = TissueRule("od", 0.0, top=top)
-        t = _otsu(np.log(probe.values(img) + 1e-3))
+        od = probe.values(img)
+        t = _otsu(np.log(od + 1e-3))
         t = math.exp(t) - 1e-3 if t is not None else OD_THRESHOLD_RANGE[1]
-        return TissueRule("od", float(np.clip(t, *OD_THRESHOLD_RANGE)), top=top)
+        glass = float(np.percentile(od, 100.0 - GLASS_PERCENTILE))
+        low = max(OD_THRESHOLD_RANGE[0], min(glass + GLASS_MARGIN_OD, OD_THRESHOLD_RANGE[1] - 0.005))
+        return TissueRule("od", float(np.clip(t, low, OD_THRESHOLD_RANGE[1])), top=top)
     probe = TissueRule("intensity", 0.0, channel=channel, floor=float(img[..., channel].min()))
     v = probe.values(img)
     t = _otsu(v)
     if t is None:
         return TissueRule("intensity", math.inf, channel=channel, floor=probe.floor)  # a blank slide: no tissue
     border = np.concatenate([v[0], v[-1], v[:, 0], v[:, -1]])
-    return TissueRule("intensity", t, channel=channel, above=float(np.median(border)) <= t, floor=probe.floor)
+    above = float(np.median(border)) <= t
+    glass, tissue = (v[v <= t], v[v > t]) if above else (v[v >= t], v[v < t])
+    if abs(float(np.median(tissue)) - float(np.median(glass))) < MIN_SEPARATION * (float(glass.std()) + 1e-12):
+        return TissueRule("intensity", math.inf, channel=channel, floor=probe.floor)  # noise split in two: no tissue
+    return TissueRule("intensity", t, channel=channel, above=above, floor=probe.floor)
 
 
 def tissue_mask(thumb: Thumbnail, rule: TissueRule, *, photometric: str) -> np.ndarray:

@@ -147,7 +147,7 @@ def network_channels(network: SlideNetwork, info: SlideInfo, channel: str | None
             listing = ", ".join(f"{i} {n}" for i, n in enumerate(info.channel_names))
             raise InputError(f"{info.path}: a {kind}; {network.name} restores one channel. Fix: choose it with --channel NAME or --channel INDEX (channels: {listing})")
         return (_parse_channel(info, channel),)
-    if network.channels == info.channels and not rgb and channel is None:
+    if network.channels == info.channels and not rgb and channel is None and not network.strict_channels:  # a brightfield network refuses fluorescence
         return tuple(range(info.channels))
     fix = (
         "use a 3DHistech network (--authors DGNO_3DHistech_Cell) for brightfield RGB slides"

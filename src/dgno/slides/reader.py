@@ -22,11 +22,14 @@ is an :class:`~dgno.io.InputError` that names the file, the tile and the fix.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,11 +98,32 @@ def _fail(path: Path, problem: str, fix: str) -> InputError:
     return InputError(f"{path}: {problem}. Fix: {fix}")
 
 
+@contextlib.contextmanager
+def _quiet_tifffile() -> Iterator[None]:
+    """tifffile's own warnings off: a damaged file gets this module's one-line error, not log lines before it."""
+    logger = logging.getLogger("tifffile")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def main_series(tf: tifffile.TiffFile) -> int:
+    """The index of the slide's image among a TIFF's series: the largest (a label or macro image may come first)."""
+    def area(k: int) -> int:
+        series = tf.series[k]
+        return int(series.shape[series.axes.index("Y")]) * int(series.shape[series.axes.index("X")]) if "Y" in series.axes and "X" in series.axes else 0
+
+    return max(range(len(tf.series)), key=lambda k: (area(k), -k))
+
+
 def _tiff_kind(path: Path) -> str | None:
     """"tifffile" for a TIFF only tifffile reads faithfully, "openslide-ok" for an 8-bit RGB one, None if not a TIFF."""
     try:
-        with tifffile.TiffFile(path) as tf:
-            series = tf.series[0]
+        with _quiet_tifffile(), tifffile.TiffFile(path) as tf:
+            series = tf.series[main_series(tf)]
             page = series.keyframe
             if tf.is_ome or page.dtype != np.uint8 or series.axes[-1:] != "S" or page.samplesperpixel != 3:
                 return "tifffile"
@@ -133,7 +157,7 @@ def check_tiff_complete(path: Path) -> None:
     """Refuse a TIFF whose tiles lie past its end (a copy cut short), naming the first missing page."""
     size = path.stat().st_size
     try:
-        with tifffile.TiffFile(path) as tf:
+        with _quiet_tifffile(), tifffile.TiffFile(path) as tf:
             for i, page in enumerate(tf.pages):
                 offsets, counts = np.asarray(page.dataoffsets, np.int64), np.asarray(page.databytecounts, np.int64)
                 if offsets.size and int((offsets + counts).max()) > size:
@@ -166,9 +190,12 @@ class OpenSlideSlide(Slide):
         self._background = np.array([int(background[i : i + 2], 16) for i in (0, 2, 4)], np.uint16)
         levels = tuple((h, w) for w, h in self._osr.level_dimensions)
         self.info = SlideInfo(path, "openslide", vendor, levels, np.dtype(np.uint8), ("R", "G", "B"), "rgb", _openslide_mpp(props))
+        self._pages = _same_levels_in_tiff(path, levels)
 
     def read(self, level: int, y: int, x: int, h: int, w: int, channels: tuple[int, ...] | None = None) -> np.ndarray:
         ds = self._osr.level_downsamples[level]
+        if not float(ds).is_integer() and self._pages is not None:  # OpenSlide would interpolate: read the level's own pixels
+            return self._pages.read(level, y, x, h, w, channels)
         try:
             rgba = np.asarray(self._osr.read_region((int(round(x * ds)), int(round(y * ds))), level, (w, h)))
         except openslide.OpenSlideError as exc:
@@ -181,21 +208,63 @@ class OpenSlideSlide(Slide):
 
     def close(self) -> None:
         self._osr.close()
+        if self._pages is not None:
+            self._pages.close()
+
+
+def _same_levels_in_tiff(path: Path, levels: tuple[tuple[int, int], ...]) -> Slide | None:
+    """The slide's TIFF pages read directly, when the file is a TIFF whose pyramid is OpenSlide's levels (SVS, generic TIFF).
+
+    Why: OpenSlide takes a region's position in level-0 pixels; at a level whose downsample is not a
+    whole number (an SVS level 1 of 2.0011) no level-0 position maps onto a whole pixel of the level,
+    and OpenSlide interpolates. The TIFF's own tiles of that level give its pixels exactly.
+    """
+    try:
+        return TiffSlide(path, rgb_levels=levels)
+    except (InputError, tifffile.TiffFileError, OSError, ValueError, IndexError):
+        return None
 
 
 # --- tifffile -------------------------------------------------------------------------------------
 
 
-def _ome_mpp(tf: tifffile.TiffFile) -> tuple[float, float] | None:
-    """PhysicalSizeX/Y of the first OME image in µm, None when absent."""
+# OME UnitsLength in µm (the ones a microscope or scanner writes)
+UM_PER_UNIT = {"µm": 1.0, "um": 1.0, "micron": 1.0, "microns": 1.0, "\u03bcm": 1.0, "nm": 1e-3, "pm": 1e-6, "Å": 1e-4, "\u212b": 1e-4,
+               "\\u00b5m": 1.0, "mm": 1e3, "cm": 1e4, "m": 1e6, "in": 25400.0, "inch": 25400.0, "thou": 25.4, "mil": 25.4}  # fmt: skip
+
+
+def _ome_image(tf: tifffile.TiffFile, index: int) -> dict:
+    images = tifffile.xml2dict(tf.ome_metadata)["OME"]["Image"]
+    images = images if isinstance(images, list) else [images]
+    return images[index] if index < len(images) else images[0]
+
+
+def _ome_mpp(tf: tifffile.TiffFile, index: int = 0) -> tuple[float, float] | None:
+    """PhysicalSizeX/Y of OME image ``index`` in µm, None when absent or in a unit that is not a length."""
     try:
-        pixels = tifffile.xml2dict(tf.ome_metadata)["OME"]["Image"]
-        pixels = (pixels[0] if isinstance(pixels, list) else pixels)["Pixels"]
-        to_um = {"µm": 1.0, "um": 1.0, "nm": 1e-3, "mm": 1e3, "cm": 1e4, "m": 1e6}
-        sizes = [float(pixels[f"PhysicalSize{a}"]) * to_um[pixels.get(f"PhysicalSize{a}Unit", "µm")] for a in "XY"]
+        pixels = _ome_image(tf, index)["Pixels"]
+        sizes = [float(pixels[f"PhysicalSize{a}"]) * UM_PER_UNIT[str(pixels.get(f"PhysicalSize{a}Unit", "µm"))] for a in "XY"]
     except (KeyError, TypeError, ValueError, IndexError):
         return None
     return (sizes[0], sizes[1]) if all(0 < v < 1e3 for v in sizes) else None
+
+
+def _imagej_mpp(tf: tifffile.TiffFile, page) -> tuple[float, float] | None:
+    """µm per pixel of an ImageJ/Fiji TIFF: its resolution tags count pixels per ImageJ ``unit`` (ResolutionUnit NONE)."""
+    meta = tf.imagej_metadata if tf.is_imagej else None
+    if not meta or str(meta.get("unit", "")).lower() not in {u.lower() for u in UM_PER_UNIT} or "XResolution" not in page.tags:
+        return None
+    um = {u.lower(): v for u, v in UM_PER_UNIT.items()}[str(meta["unit"]).lower()]
+    res = page.resolution
+    if min(res) <= 0:
+        return None
+    mpp = (um / res[0], um / res[1])
+    return mpp if all(0 < v < 1e3 for v in mpp) else None
+
+
+def _imagej_channel_names(tf: tifffile.TiffFile, n: int) -> tuple[str, ...] | None:
+    labels = (tf.imagej_metadata or {}).get("Labels") if tf.is_imagej else None
+    return tuple(map(str, labels)) if isinstance(labels, list) and len(labels) == n else None
 
 
 def _tag_mpp(page) -> tuple[float, float] | None:
@@ -208,10 +277,9 @@ def _tag_mpp(page) -> tuple[float, float] | None:
     return mpp if all(0 < v < 1e3 for v in mpp) else None
 
 
-def _ome_channel_names(tf: tifffile.TiffFile, n: int) -> tuple[str, ...] | None:
+def _ome_channel_names(tf: tifffile.TiffFile, n: int, index: int = 0) -> tuple[str, ...] | None:
     try:
-        image = tifffile.xml2dict(tf.ome_metadata)["OME"]["Image"]
-        chans = (image[0] if isinstance(image, list) else image)["Pixels"]["Channel"]
+        chans = _ome_image(tf, index)["Pixels"]["Channel"]
         chans = chans if isinstance(chans, list) else [chans]
         names = tuple(str(c.get("Name", f"channel {i}")) for i, c in enumerate(chans))
     except (KeyError, TypeError, IndexError):
@@ -246,14 +314,28 @@ def _geometry(page) -> _Geometry:
     return _Geometry(h, w, sh, sw, samples, samples > 1 and int(page.planarconfig) == 2)
 
 
-class TiffSlide(Slide):
-    """A TIFF or OME-TIFF read through tifffile, tile by tile, in its own dtype and channels."""
+@dataclass(frozen=True)
+class _PageLevel:
+    """One level as one page (what a series level offers as ``.pages``)."""
 
-    def __init__(self, path: Path) -> None:
+    pages: tuple
+
+
+class TiffSlide(Slide):
+    """A TIFF or OME-TIFF read through tifffile, tile by tile, in its own dtype and channels.
+
+    ``rgb_levels``: read the 8-bit RGB tiled pages of exactly these (height, width), one per level,
+    whatever the file's series say (how OpenSlide sees an SVS or generic TIFF); an InputError when
+    one is missing.
+    """
+
+    def __init__(self, path: Path, *, rgb_levels: tuple[tuple[int, int], ...] | None = None) -> None:
         check_tiff_complete(path)
-        self._tf = tifffile.TiffFile(path)
+        with _quiet_tifffile():
+            self._tf = tifffile.TiffFile(path)
         try:
-            self._open(path)
+            with _quiet_tifffile():
+                self._open(path) if rgb_levels is None else self._open_rgb_pages(path, rgb_levels)
         except BaseException:
             self._tf.close()
             raise
@@ -262,7 +344,8 @@ class TiffSlide(Slide):
         self._lock = threading.Lock()
 
     def _open(self, path: Path) -> None:
-        series = self._tf.series[0]
+        index = main_series(self._tf)
+        series = self._tf.series[index]
         axes, shape = series.axes, series.shape
         extra = [a for a, n in zip(axes, shape) if a not in "YX" + _CHANNEL_AXES and n > 1]
         if extra or axes.count("Y") != 1 or sum(a in _CHANNEL_AXES for a in axes) > 1:
@@ -275,13 +358,25 @@ class TiffSlide(Slide):
         pages_per_level = len(series.levels[0].pages)
         self._map = [(c, 0) for c in range(n)] if pages_per_level == n and n > 1 else [(0, s) for s in range(n)]
         photometric = "grey" if n == 1 else "channels"
-        if axes.endswith("S") and key.photometric in (tifffile.PHOTOMETRIC.RGB, tifffile.PHOTOMETRIC.YCBCR) and n in (3, 4):
+        if "S" in axes and key.photometric in (tifffile.PHOTOMETRIC.RGB, tifffile.PHOTOMETRIC.YCBCR) and n in (3, 4):  # interleaved or planar
             photometric = "rgb" if n == 3 else "rgba"
-        names = ("R", "G", "B", "A")[:n] if photometric.startswith("rgb") else (_ome_channel_names(self._tf, n) if self._tf.is_ome else None)
+        names = ("R", "G", "B", "A")[:n] if photometric.startswith("rgb") else (_ome_channel_names(self._tf, n, index) if self._tf.is_ome else _imagej_channel_names(self._tf, n))
         levels = tuple((int(lv.shape[axes.index("Y")]), int(lv.shape[axes.index("X")])) for lv in self._levels)
-        mpp = (_ome_mpp(self._tf) if self._tf.is_ome else None) or _tag_mpp(key)
+        mpp = (_ome_mpp(self._tf, index) if self._tf.is_ome else None) or _imagej_mpp(self._tf, key) or _tag_mpp(key)
         vendor = "ome-tiff" if self._tf.is_ome else "tiff"
         self.info = SlideInfo(path, "tifffile", vendor, levels, np.dtype(key.dtype), names or tuple(f"channel {i}" for i in range(n)), photometric, mpp)
+
+    def _open_rgb_pages(self, path: Path, levels: tuple[tuple[int, int], ...]) -> None:
+        found: dict[tuple[int, int], object] = {}
+        for page in self._tf.pages:
+            if page.is_tiled and page.dtype == np.uint8 and int(page.samplesperpixel) == 3 and int(page.photometric) in (2, 6):  # RGB, YCbCr
+                found.setdefault((int(page.imagelength), int(page.imagewidth)), page)
+        missing = [size for size in levels if size not in found]
+        if missing:
+            raise _fail(path, f"no 8-bit RGB tiled page of {missing[0][1]}×{missing[0][0]} px", "read it through OpenSlide")
+        self._levels = [_PageLevel((found[size],)) for size in levels]
+        self._map = [(0, s) for s in range(3)]
+        self.info = SlideInfo(path, "tifffile", "tiff", tuple(levels), np.dtype(np.uint8), ("R", "G", "B"), "rgb", None)
 
     def read(self, level: int, y: int, x: int, h: int, w: int, channels: tuple[int, ...] | None = None) -> np.ndarray:
         channels = tuple(range(self.info.channels)) if channels is None else tuple(channels)

@@ -43,7 +43,7 @@ from dgno.slides.reader import Slide, SlideInfo, TiffSlide, open_slide
 from dgno.slides.run import RunPlan, run_restoration
 from dgno.slides.work import WorkFolder
 
-ANALYSIS_VERSION = 1
+ANALYSIS_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,8 @@ def choose_level(info: SlideInfo, *, level: int | None, mpp: float | None) -> in
         return level
     if mpp is None:
         return 0
+    if not (math.isfinite(mpp) and mpp > 0):
+        raise InputError(f"--mpp {mpp}: must be a pixel size in µm, greater than 0. Fix: e.g. --mpp 0.5 for about 20× magnification")
     if info.mpp is None:
         raise InputError(f"{info.path}: the slide does not record its pixel size, so --mpp {mpp} cannot pick a level. Fix: pass --level N instead")
     return min(range(len(info.levels)), key=lambda k: abs(math.log(info.level_mpp(k)[0] / mpp)))
@@ -155,7 +157,7 @@ def _title(info: SlideInfo, d: fm.Decisions, network: SlideNetwork) -> str:
 def _check_numbers(*, margin: float, min_tissue: float, focus_downsample: int, threshold: float | None) -> None:
     """The numeric options, refused with the option's name before any work."""
     bad = [
-        (margin < 0, f"--focus-margin {margin}: must be >= 0"),
+        (not (math.isfinite(margin) and margin >= 0), f"--focus-margin {margin}: must be a number >= 0"),
         (not 0 <= min_tissue <= 1, f"--min-tissue {min_tissue}: must be a share between 0 and 1"),
         (int(focus_downsample) != focus_downsample or focus_downsample < 1, f"--focus-downsample {focus_downsample}: must be a whole number >= 1"),
         (threshold is not None and not 0 <= threshold <= 1, f"--threshold {threshold}: must be a focus score between 0 (sharp) and 1 (blurred)"),
@@ -199,7 +201,7 @@ def restore_slide(
     _check_numbers(margin=margin, min_tissue=min_tissue, focus_downsample=focus_downsample, threshold=threshold)
     path, output_dir = Path(path), Path(output_dir)
     files = output_files(path, output_dir)
-    if not dry_run and files.slide.exists() and not overwrite:
+    if files.slide.exists() and not overwrite:  # a dry run too: its tiles.csv, focus map and summary would contradict the slide
         raise InputError(f"{path}: the output {files.slide} exists already. Fix: pass --overwrite to replace it, or choose another --output")
     if files.slide.resolve() == path.resolve():
         raise InputError(f"{path}: its output would overwrite the slide itself. Fix: choose another --output folder")

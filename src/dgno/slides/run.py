@@ -35,6 +35,7 @@ from dgno.slides.pyramid import OUT_TILE, OutputLayout, tile_count, write_pyrami
 from dgno.slides.reader import Slide
 from dgno.slides.work import Aborted, WorkFolder
 
+STOPPED = "stopped by a signal"
 CHUNKS_KEPT = 8  # restored batches the writer keeps in memory (a row of output tiles meets a few)
 
 
@@ -172,7 +173,7 @@ def run_restoration(plan: RunPlan) -> dict:
 
     def compute(k: int, tiles: np.ndarray) -> np.ndarray:
         if signalled.is_set():
-            raise SlideInterrupted(f"stopped by a signal after {bar.n} of {len(plan.restored)} tiles")
+            raise SlideInterrupted(STOPPED)  # counted below, once the batches in flight are saved
         if writer.error is not None:
             raise writer.error
         t0 = time.perf_counter()
@@ -195,6 +196,11 @@ def run_restoration(plan: RunPlan) -> dict:
                 raise RuntimeError(f"batches {missing[:5]} were not restored")
             bar.close()
             _finish_writing(plan, writer, signalled)
+    except SlideInterrupted as exc:
+        if str(exc) != STOPPED:
+            raise
+        saved = sum(len(b) for k, b in enumerate(batches) if plan.work.is_done(k))
+        raise SlideInterrupted(f"stopped by a signal after {saved} of {len(plan.restored)} tiles") from None
     finally:
         stop.set()
         writer.join()
