@@ -179,7 +179,7 @@ def _check_prepared_dataset(data: Path, raw: Path) -> None:
     assert planes["rule"] == "broad" and planes["decided_by"] == {"broad": 36}  # every plane from the Broad listing, exactly
     assert planes["check"]["passed"] and planes["check"]["independent"] and planes["check"]["out_of_order"] == []
     assert planes["broad_listing"]["status"] == "listed" and "HTTP Range" in planes["broad_listing"]["planes"]["z06"]["source"]
-    assert sum(manifest["pairing"]["hidden_files_skipped"].values()) == 96 and manifest["warnings"] == []
+    assert sum(manifest["pairing"]["hidden_files_skipped"].values()) == 100 and manifest["warnings"] == []
     for key, by_plane in planes["files"].items():
         w, s = key.split("/")[1].split("_s")
         assert {z: f["file"] for z, f in by_plane.items()} == {f"z{z:02d}": broad_name(w, int(s), "w1", z) for z in (2, 6, 10)}
@@ -193,7 +193,7 @@ def _check_prepared_dataset(data: Path, raw: Path) -> None:
     assert np.array_equal(_tif(data / "blur" / "z06" / f"{ident}.tif"), plane_image(w, s, "w1", 6))
     assert np.array_equal(_tif(data / "blur" / "z01" / f"{ident}.tif"), _tif(next((raw / "z01").rglob(broad_name(w, s, "w1", 1)))))
     assert (data / "labels" / f"{ident}.tif").exists()
-    assert json.loads((raw / "authors.json").read_text())["counts"]["test"]["GT"] == {c: len(TEST_FIELDS) for c in CHANNELS} | {"other": 0, "hidden": 8}
+    assert json.loads((raw / "authors.json").read_text())["counts"]["test"]["GT"] == {c: len(TEST_FIELDS) for c in CHANNELS} | {"other": 0, "hidden": 9}  # ._* of both channels and a .DS_Store
 
 
 def _tif(path: Path) -> np.ndarray:
