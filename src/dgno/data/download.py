@@ -354,9 +354,13 @@ def fetch_zip(url: str, dest: str | Path, **download_kw) -> Path:
     The integrity check runs on the part file before it is renamed, so a corrupt archive never
     appears at `dest`; the error names the URL and the fix.
     """
-    dest = Path(dest)
+    return download_archive(url, Path(dest), check=verify_zip, **download_kw)
+
+
+def download_archive(url: str, dest: Path, *, check: Callable[[Path], object], **download_kw) -> Path:
+    """:func:`download` with an archive ``check``; content the check refuses becomes a DownloadError saying what to do."""
     try:
-        return download(url, dest, check=verify_zip, **download_kw)
+        return download(url, dest, check=check, **download_kw)
     except DownloadError:
         raise
     except InputError as exc:

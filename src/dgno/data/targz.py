@@ -23,7 +23,7 @@ from typing import IO
 
 from tqdm import tqdm
 
-from dgno.data.download import CHUNK_BYTES, DownloadError, download, part_path
+from dgno.data.download import CHUNK_BYTES, DownloadError, download_archive, part_path
 from dgno.io import InputError, atomic_dir
 
 log = logging.getLogger(__name__)
@@ -202,13 +202,4 @@ def fetch_targz(url: str, dest: str | Path, **download_kw) -> Path:
             os.replace(dest, part_path(dest))
         except InputError as exc:
             raise DownloadError(f"{exc} (the file was left in place; it was not downloaded by this run)") from None
-    try:
-        return download(url, dest, check=verify_targz, **download_kw)
-    except DownloadError:
-        raise
-    except InputError as exc:
-        raise DownloadError(
-            f"{url}: the downloaded archive is corrupt ({exc}); it was deleted and {dest} was not written. "
-            f"Fix: re-run to download it again; if it fails the same way, the server's copy is damaged: "
-            f"fetch the archive by hand and place it at {dest}"
-        ) from None
+    return download_archive(url, dest, check=verify_targz, **download_kw)
