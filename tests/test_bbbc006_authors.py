@@ -380,3 +380,14 @@ def test_names_without_fields_pair_unverified_and_report_no_mapping(tmp_path, br
     # without the fallback, the unseen levels are left out
     bare = authors.prepare_dataset(tmp_path / "raw", tmp_path / "bare", channel="w1", seed=0, broad_root=broad, labels=False, n_val_wells=2, fallback=False, progress=False)
     assert "test_sets" not in json.loads((bare / "manifest.json").read_text()) and not (bare / "blur" / "z01").exists()
+
+
+def test_a_zip_where_the_tar_gz_should_be_is_named_as_a_zip(tmp_path):
+    import zipfile
+
+    source = tmp_path / ARCHIVE
+    with zipfile.ZipFile(source, "w") as zf:
+        zf.writestr("BBBC006/train/GT/a.tif", b"x")
+    with pytest.raises(DownloadError, match=r"a zip archive, not a gzipped tar .*Fix: this is not the expected \.tar\.gz") as err:
+        authors.fetch(tmp_path / "raw", url=source.as_uri(), **FAST)
+    assert "corrupt" not in str(err.value) and str(err.value).count("Fix:") == 1

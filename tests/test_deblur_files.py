@@ -330,3 +330,23 @@ def test_a_folder_as_checkpoint_and_options_beside_a_model_file_are_refused(mode
     assert "is a folder, not a model file" in capsys.readouterr().err
     assert _deblur(tmp_path / "a.tif", tmp_path / "out", models["identity"], "--options", "x.yml") == 2
     assert "--options x.yml is for an authors' .pth checkpoint" in capsys.readouterr().err
+
+
+def test_a_multi_file_ome_set_is_read_whole_and_a_missing_companion_is_named(models, tmp_path, capsys):
+    folder = tmp_path / "set"
+    folder.mkdir()
+    planes = RNG.integers(0, 4096, (2, 24, 32)).astype(np.uint16)
+    u1, u2 = "urn:uuid:11111111-1111-1111-1111-111111111111", "urn:uuid:22222222-2222-2222-2222-222222222222"
+    xml = (f'<?xml version="1.0" encoding="UTF-8"?><OME xmlns="http://www.openmicroscopy.org/Schemas/OME/2016-06" UUID="{u1}"><Image ID="Image:0">'
+           '<Pixels ID="Pixels:0" DimensionOrder="XYZCT" Type="uint16" SizeX="32" SizeY="24" SizeZ="2" SizeC="1" SizeT="1"><Channel ID="Channel:0:0" SamplesPerPixel="1"/>'
+           f'<TiffData FirstZ="0" IFD="0" PlaneCount="1"><UUID FileName="a.ome.tif">{u1}</UUID></TiffData>'
+           f'<TiffData FirstZ="1" IFD="0" PlaneCount="1"><UUID FileName="b.ome.tif">{u2}</UUID></TiffData></Pixels></Image></OME>')  # fmt: skip
+    binary = f'<?xml version="1.0" encoding="UTF-8"?><OME xmlns="http://www.openmicroscopy.org/Schemas/OME/2016-06" UUID="{u2}"><BinaryOnly MetadataFile="a.ome.tif" UUID="{u1}"/></OME>'
+    tifffile.imwrite(folder / "a.ome.tif", planes[0], description=xml, metadata=None)
+    tifffile.imwrite(folder / "b.ome.tif", planes[1], description=binary, metadata=None)
+    assert _deblur(folder, tmp_path / "out", models["identity"]) == 0
+    assert "b.ome.tif: holds only pixels of the multi-file OME-TIFF a.ome.tif" in capsys.readouterr().err
+    np.testing.assert_array_equal(tifffile.imread(tmp_path / "out" / "a.ome.tif"), planes)
+    (folder / "b.ome.tif").unlink()
+    assert _deblur(folder / "a.ome.tif", tmp_path / "alone", models["identity"]) == 1
+    assert "companion file(s) b.ome.tif are not in" in capsys.readouterr().err and not (tmp_path / "alone" / "a.ome.tif").exists()

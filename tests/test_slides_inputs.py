@@ -115,3 +115,14 @@ def test_a_slide_named_twice_is_restored_once_and_a_dry_run_never_replaces_a_fin
     assert capsys.readouterr().out.count("s.tif") == 1
     assert main([*base, "--dry-run"]) == 1
     assert "s.ome.tif exists already. Fix: pass --overwrite" in capsys.readouterr().err
+
+
+def test_a_folder_as_slide_and_a_refused_compression_leave_nothing_behind(tmp_path):
+    (tmp_path / "data").mkdir()
+    with pytest.raises(InputError, match="is a folder, not a slide file"):
+        restore_slide(tmp_path / "data", tmp_path / "out", network=network(3), progress=False)
+    grey = RNG.integers(0, 4000, (300, 300)).astype(np.uint16)
+    tifffile.imwrite(tmp_path / "g.ome.tif", grey, tile=(256, 256), metadata={"axes": "YX"})
+    with pytest.raises(InputError, match="--compression jpeg needs an 8-bit RGB slide"):
+        restore_slide(tmp_path / "g.ome.tif", tmp_path / "out", network=network(1), compression="jpeg", progress=False)
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []

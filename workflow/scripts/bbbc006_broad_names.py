@@ -21,6 +21,6 @@ for level, plane in listing["planes"].items():
     print(f"{level}: {plane['status']}; {plane.get('source') or plane.get('reason')}")
     if plane["status"] != "listed":
         _log.warn(
-            f"the Broad {level} listing could not be read ({plane.get('reason')}): blur files of that plane will be assigned by sharpness, "
-            f"and the order check is then not independent. To try again: delete {sm.output[0]} and rerun"
+            f"the Broad {level} listing could not be read ({plane.get('reason')}): a blur file of that plane is placed by its name, by elimination "
+            f"when the other two planes of its field are listed, else by sharpness (the preparation says which). To try again: delete {sm.output[0]} and rerun"
         )

@@ -273,7 +273,7 @@ def index_archive(
     if by_images and plane_rule == "auto":
         warnings.append(
             f"{by_images} of {len(decided)} {channel} blur files were assigned their plane by sharpness (Broad listing: {status}), so the order check "
-            f"covers only the other fields; with the network back, delete the cached listing (<downloads.raw_dir>/bbbc006/{LISTING}) and rerun"
+            f"{'is not independent' if by_images == len(decided) else 'covers only the other fields'}; with the network back, delete the cached listing (<downloads.raw_dir>/bbbc006/{LISTING}) and rerun"
         )
     drops = sum(found[s].authors_rule_drops for s in SPLITS)
     if drops:

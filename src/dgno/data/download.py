@@ -56,6 +56,10 @@ class DownloadError(InputError):
     """A download failed for good (after its retries) or delivered bytes other than the expected ones."""
 
 
+class WrongArchiveKind(InputError):
+    """The file is an archive of another kind (a zip where a tar.gz was expected): downloading it again cannot help."""
+
+
 class _Retry(Exception):
     """A transient failure: worth another attempt after a back-off."""
 
@@ -363,6 +367,8 @@ def download_archive(url: str, dest: Path, *, check: Callable[[Path], object], *
         return download(url, dest, check=check, **download_kw)
     except DownloadError:
         raise
+    except WrongArchiveKind as exc:
+        raise DownloadError(f"{url}: {str(exc).split(': ', 1)[1]}") from None
     except InputError as exc:
         raise DownloadError(
             f"{url}: the downloaded archive is corrupt ({exc}); it was deleted and {dest} was not written. "

@@ -23,7 +23,7 @@ from typing import IO
 
 from tqdm import tqdm
 
-from dgno.data.download import CHUNK_BYTES, DownloadError, download_archive, part_path
+from dgno.data.download import CHUNK_BYTES, DownloadError, WrongArchiveKind, download_archive, part_path
 from dgno.io import InputError, atomic_dir
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,7 @@ def _walk_targz(path: Path, visit: Callable[[tarfile.TarInfo, IO[bytes] | None],
     fix = f"delete {path} and download it again; if the error repeats, the copy on the server is damaged"
     if not path.exists():
         raise InputError(f"{path}: archive does not exist. Fix: re-run the download rule that writes it")
+    _refuse_other_kinds(path)
     names: list[str] = []
     bar = tqdm(total=path.stat().st_size, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, disable=not progress, leave=False)
     try:
@@ -119,6 +120,22 @@ def _walk_targz(path: Path, visit: Callable[[tarfile.TarInfo, IO[bytes] | None],
     if not names:
         raise InputError(f"{path}: the tar.gz archive is empty. Fix: {fix}")
     return names
+
+
+OTHER_KINDS = {b"PK\x03\x04": "a zip archive", b"BZh": "a bzip2 file", b"\xfd7zXZ": "an xz file", b"7z\xbc\xaf": "a 7-Zip archive", b"<": "a web page (HTML or XML)"}
+
+
+def _refuse_other_kinds(path: Path) -> None:
+    """A file that starts like another kind of archive is named as such: fetching it again would give the same file."""
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+    kind = next((k for magic, k in OTHER_KINDS.items() if head.lstrip().startswith(magic)), None)
+    if kind is not None:
+        raise WrongArchiveKind(
+            f"{path}: {kind}, not a gzipped tar (it starts with {head[:4]!r}). Fix: this is not the expected .tar.gz; check the URL "
+            "(downloads.bbbc006_authors_url) or the file placed by hand; a zip of the same folders can be unpacked by hand into "
+            "<downloads.raw_dir>/bbbc006/BBBC006/"
+        )
 
 
 def _drain(member: tarfile.TarInfo, stream: IO[bytes] | None) -> None:

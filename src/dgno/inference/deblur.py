@@ -28,7 +28,15 @@ from dgno.inference import memory, normalisation, preflight
 from dgno.inference.axes import Layout, check_axes_option, check_plane_size, from_planes, resolve_layout, to_planes
 from dgno.inference.cuda_graphs import capturable
 from dgno.inference.evaluate import default_tile_batch, model_restorer
-from dgno.inference.image_files import converted_name, imagej_axes, may_convert, output_name, read_image_file, write_like
+from dgno.inference.image_files import (
+    PartOfAnotherImage,
+    converted_name,
+    imagej_axes,
+    may_convert,
+    output_name,
+    read_image_file,
+    write_like,
+)
 from dgno.inference.tiling import BLENDS, pass_count
 from dgno.io import IMAGE_SUFFIXES, InputError, visible_files
 
@@ -76,16 +84,18 @@ class BatchSummary:
     restored: list[Path] = field(default_factory=list)
     skipped: list[Path] = field(default_factory=list)
     failed: list[tuple[Path, str]] = field(default_factory=list)
+    parts: list[Path] = field(default_factory=list)  # files holding planes of another file's image (restored with it)
     hidden: int = 0
     seconds: float = 0.0
     interrupted: bool = False
 
     @property
     def total(self) -> int:
-        return len(self.restored) + len(self.skipped) + len(self.failed)
+        return len(self.restored) + len(self.skipped) + len(self.failed) + len(self.parts)
 
     def line(self) -> str:
         hidden = f" ({self.hidden} hidden file(s) ignored)" if self.hidden else ""
+        hidden += f" ({len(self.parts)} file(s) read as part of another image)" if self.parts else ""
         stop = ", interrupted" if self.interrupted else ""
         return (
             f"deblur: {len(self.restored)} restored, {len(self.skipped)} skipped (output already there), "
@@ -391,6 +401,9 @@ def deblur_batch(inputs: Sequence[str | Path], output_dir: str | Path, *, checkp
         for path, target in tqdm(targets.items(), desc="deblur", unit="image", disable=not _bars(options) or len(targets) < 2, file=sys.stderr, delay=PROGRESS_DELAY_S):
             try:
                 summary.restored.append(restore_file(run, path, target))
+            except PartOfAnotherImage as exc:
+                summary.parts.append(path)
+                report(f"note: {exc}")
             except Exception as exc:  # noqa: BLE001 - any failure of one file is that file's error line
                 summary.failed.append((path, failure_line(path, target, exc)))
                 report(f"error: {summary.failed[-1][1]}")

@@ -90,10 +90,37 @@ def _ome_details(xml: str) -> tuple[int | None, tuple[str, ...]]:
     return (int(bits) if bits and bits.isdigit() else None), (names if any(names) else ())
 
 
+class PartOfAnotherImage(InputError):
+    """A file that holds planes of another file's image (an OME ``BinaryOnly`` file): not an image of its own."""
+
+
+def _check_ome_files(path: Path, xml: str) -> None:
+    """A multi-file OME-TIFF: refuse a file that only holds pixels of another, and one whose companions are missing.
+
+    Why: tifffile fills the planes of a missing companion file with zeros, which would be restored and
+    written as if they were data.
+    """
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError:
+        return
+    ns = _ns(root)
+    binary_only = root.find(f"{ns}BinaryOnly")
+    if binary_only is not None:
+        owner = binary_only.get("MetadataFile", "the file that holds the metadata")
+        raise PartOfAnotherImage(f"{path}: holds only pixels of the multi-file OME-TIFF {owner}, and is restored with it")
+    named = {u.get("FileName") for u in root.iter(f"{ns}UUID") if u.get("FileName")}
+    missing = sorted(n for n in named if not (path.parent / n).is_file())
+    if missing:
+        raise _fail(path, f"a multi-file OME-TIFF whose companion file(s) {', '.join(missing)} are not in {path.parent}", "copy the whole set of files into one folder")
+
+
 def _read_tiff(path: Path) -> tuple[np.ndarray, ImageSource]:
     import tifffile
 
     with tifffile.TiffFile(path) as tif:
+        if tif.is_ome:
+            _check_ome_files(path, tif.ome_metadata)
         series = tif.series[0]
         data = series.asarray()
         page = series.keyframe

@@ -135,6 +135,8 @@ def _tiff_kind(path: Path) -> str | None:
 def open_slide(path: str | Path) -> Slide:
     """Open ``path`` with the reader that keeps its data (module docstring)."""
     path = Path(path)
+    if path.is_dir():
+        raise _fail(path, "is a folder, not a slide file", "pass the slide file itself (for a 3DHistech slide, the .mrxs file beside its data folder)")
     if not path.is_file():
         raise _fail(path, "slide does not exist", "check the path")
     if path.stat().st_size == 0:

@@ -238,8 +238,6 @@ def _decide(slide: Slide, files: OutputFiles, network: SlideNetwork, work: WorkF
     info = slide.info
     lv = choose_level(info, level=opts["level"], mpp=opts["mpp"])
     channels = network_channels(network, info, opts["channel"])
-    if opts["compression"] == "jpeg" and not (info.photometric == "rgb" and info.dtype == np.uint8):
-        raise InputError(f"{info.path}: --compression jpeg needs an 8-bit RGB slide, this one is {info.photometric} {info.dtype}. Fix: use the default lossless --compression zlib")
     grid = TileGrid.over(*info.levels[lv], tile=network.tile, overlap=network.overlap)
     tissue, scores, thumb, mask = _analysis(slide, lv, grid, work, channel=channels[0], focus_downsample=opts["focus_downsample"], workers=opts["workers"], progress=opts["progress"])
     d = fm.decide(tissue, scores, restore=opts["restore"], min_tissue=opts["min_tissue"], threshold=opts["threshold"], margin=opts["margin"])
@@ -298,7 +296,16 @@ def _run_key(base: dict, network: SlideNetwork, dc: _Decided, compression: str) 
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
+def _check_fit(info: SlideInfo, network: SlideNetwork, opts: dict) -> None:
+    """What can be refused from the slide's header alone, before a work folder exists: level, channels, compression."""
+    choose_level(info, level=opts["level"], mpp=opts["mpp"])
+    network_channels(network, info, opts["channel"])
+    if opts["compression"] == "jpeg" and not (info.photometric == "rgb" and info.dtype == np.uint8):
+        raise InputError(f"{info.path}: --compression jpeg needs an 8-bit RGB slide, this one is {info.photometric} {info.dtype}. Fix: use the default lossless --compression zlib")
+
+
 def _restore(slide: Slide, files: OutputFiles, network: SlideNetwork, opts: dict) -> dict:
+    _check_fit(slide.info, network, opts)
     work = WorkFolder(files.work)
     with work.locked(slide.info.path):
         t0 = time.perf_counter()
