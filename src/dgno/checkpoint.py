@@ -61,13 +61,18 @@ def weights_digest(state_dict: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def _read_blob(path: Path, device: torch.device | str) -> dict[str, Any]:
-    """The dict stored in a model or checkpoint file, read as data only."""
+def check_model_path(path: Path, *, missing_fix: str) -> None:
+    """Refuse a model path that is a folder (naming the model.pt inside, if any) or that does not exist (with ``missing_fix``)."""
     if path.is_dir():
         inside = path / "model.pt"
-        raise InputError(f"{path}: is a folder, not a model file. Fix: pass {inside if inside.is_file() else 'the model.pt file itself'}")
-    if not path.exists():
-        raise InputError(f"{path}: checkpoint does not exist. Fix: check the path; a model this workflow trained is results/train/<dataset>/<method>/model.pt")
+        raise InputError(f"{path}: is a folder, not a model file. Fix: pass {inside if inside.is_file() else 'the model file itself'}")
+    if not path.is_file():
+        raise InputError(f"{path}: checkpoint does not exist. Fix: {missing_fix}")
+
+
+def _read_blob(path: Path, device: torch.device | str) -> dict[str, Any]:
+    """The dict stored in a model or checkpoint file, read as data only."""
+    check_model_path(path, missing_fix="check the path; a model this workflow trained is results/train/<dataset>/<method>/model.pt")
     try:
         # weights_only: a model file is data; full unpickling would run code from a shared file
         blob = torch.load(path, map_location=device, weights_only=True)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from dgno.checkpoint import import_authors, released_normalisation
+from dgno.checkpoint import check_model_path, import_authors, released_normalisation
 from dgno.data.download import sha256_file
 from dgno.io import InputError
 from dgno.models.authors import adopt_deprecated_copy, fetch_authors_checkpoint, read_network_options, released_networks
@@ -74,11 +74,7 @@ def release_url() -> str:
 def checkpoint_kind(path: str | Path) -> str:
     """"dgno" for a project model.pt (model spec + state dict), "authors" for a BasicSR .pth (``params``)."""
     path = Path(path)
-    if path.is_dir():
-        inside = path / "model.pt"
-        raise InputError(f"{path}: is a folder, not a model file. Fix: pass {inside if inside.is_file() else 'the model.pt or .pth file itself'}")
-    if not path.is_file():
-        raise InputError(f"{path}: checkpoint does not exist. Fix: check the path, or use --authors NAME to download a released one")
+    check_model_path(path, missing_fix="check the path, or use --authors NAME to download a released one")
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - unpickling errors have many types

@@ -308,7 +308,8 @@ def _restore_planes(run: _Run, path: Path, planes: np.ndarray, layout: Layout, s
                 bar.update(1)
             return out
 
-        significant_bits = significant_bits or normalisation.data_bits(planes)  # one bit depth for the whole file
+        if run.normalise == "dtype":  # one bit depth for the whole file
+            significant_bits = significant_bits or normalisation.data_bits(planes)
         for i, plane in enumerate(planes):
             try:
                 unit, scaling = normalisation.normalise(plane, run.normalise, significant_bits=significant_bits)

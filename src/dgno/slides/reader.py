@@ -192,11 +192,13 @@ class OpenSlideSlide(Slide):
         self._background = np.array([int(background[i : i + 2], 16) for i in (0, 2, 4)], np.uint16)
         levels = tuple((h, w) for w, h in self._osr.level_dimensions)
         self.info = SlideInfo(path, "openslide", vendor, levels, np.dtype(np.uint8), ("R", "G", "B"), "rgb", _openslide_mpp(props))
-        self._pages = _same_levels_in_tiff(path, levels)
+        self._pages: Slide | None = None  # the TIFF's own pages, opened when a level OpenSlide would resample is first read
+        self._pages_tried = False
+        self._pages_lock = threading.Lock()  # regions are read from several threads
 
     def read(self, level: int, y: int, x: int, h: int, w: int, channels: tuple[int, ...] | None = None) -> np.ndarray:
         ds = self._osr.level_downsamples[level]
-        if not float(ds).is_integer() and self._pages is not None:  # OpenSlide would interpolate: read the level's own pixels
+        if not float(ds).is_integer() and self._level_pages() is not None:  # OpenSlide would interpolate: read the level's own pixels
             return self._pages.read(level, y, x, h, w, channels)
         try:
             rgba = np.asarray(self._osr.read_region((int(round(x * ds)), int(round(y * ds))), level, (w, h)))
@@ -207,6 +209,12 @@ class OpenSlideSlide(Slide):
         if alpha.min() < 255:  # outside the scanned area: OpenSlide's transparent pixels are the glass's colour
             rgb = ((rgb * alpha + self._background * (255 - alpha) + 127) // 255).astype(np.uint8)
         return rgb if channels is None else rgb[..., list(channels)]
+
+    def _level_pages(self) -> Slide | None:
+        with self._pages_lock:
+            if not self._pages_tried:
+                self._pages, self._pages_tried = _same_levels_in_tiff(self.info.path, self.info.levels), True
+        return self._pages
 
     def close(self) -> None:
         self._osr.close()
