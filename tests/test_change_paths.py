@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, SNAKEMAKE
+from conftest import ROOT, SNAKEMAKE, patient
 
 COPIED = ("src", "workflow", "Snakefile", "config", "profiles", "envs", "tests/smoke.yaml")
 
@@ -50,7 +50,7 @@ class Checkout:
 
     def python(self, code: str) -> str:
         env = {**os.environ, "PYTHONPATH": str(self.root / "src"), "OMP_NUM_THREADS": "1"}
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, cwd=self.root)
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=patient(300), env=env, cwd=self.root)
         assert proc.returncode == 0, proc.stderr[-4000:]
         return proc.stdout
 
@@ -60,7 +60,7 @@ class Checkout:
         workdir.mkdir(exist_ok=True)
         cmd = [SNAKEMAKE, "-n", *targets, "--snakefile", str(self.root / "Snakefile"), "--directory", str(workdir), "--configfile", str(self.root / configfile)]
         env = {**os.environ, "PYTHONPATH": str(self.root / "src")}
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=self.root)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=patient(300), env=env, cwd=self.root)
         assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
         return proc.stdout
 

@@ -14,7 +14,7 @@ import warnings
 import pytest
 import torch
 import yaml
-from conftest import ROOT, SNAKEMAKE
+from conftest import ROOT, SNAKEMAKE, patient
 from fixtures_authors import AUTHORS_FIXTURES, toy_release
 
 from dgno.checkpoint import load_trained
@@ -163,7 +163,7 @@ def test_a_key_given_under_both_names_is_an_error():
 
 
 def _job_counts(configfile) -> tuple[dict[str, int], str]:
-    proc = subprocess.run([SNAKEMAKE, "-n", "authors", "--configfile", str(configfile)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([SNAKEMAKE, "-n", "authors", "--configfile", str(configfile)], cwd=ROOT, capture_output=True, text=True, timeout=patient(300))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     table = (proc.stdout + proc.stderr).split("Job stats:")[1].split("total")[0]
     return {row.split()[0]: int(row.split()[1]) for row in table.splitlines()[3:] if row.strip()}, proc.stderr

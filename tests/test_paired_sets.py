@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import ROOT, SNAKEMAKE
+from conftest import ROOT, SNAKEMAKE, patient
 from fixtures_http import bbbc006_http_session, bbbc006_server  # noqa: F401  (fixtures)
 from fixtures_paired import DPDD_COUNTS, HISTECH_COUNTS, SHAPE, dpdd_zip, pair, realdof_zip, write_histech
 
@@ -37,7 +37,7 @@ def paper_config(tmp_path: Path, *, dpdd_url: str, realdof_url: str, histech: Pa
 
 def run_snakemake(tmp_path: Path, config: Path, *targets: str) -> subprocess.CompletedProcess:
     cmd = [SNAKEMAKE, *targets, "--cores", "2", "--keep-going", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile", str(config)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=patient(300))
 
 
 TARGETS = [f"results/data/{ds}/manifest.json" for ds in ("dpdd", "realdof", "3dhistech")]
