@@ -33,7 +33,7 @@ PACKAGE = SRC / "dgno"
 BENCHMARKS = ROOT / "benchmarks"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("dgno", "dgno.io", "dgno.choices", "dgno.provenance", "dgno.metric_spec", "dgno.metrics", "dgno.lpips_offline", "dgno.stats", "dgno.interrupts")),
+    ("foundation", ("dgno", "dgno.io", "dgno.choices", "dgno.provenance", "dgno.metric_spec", "dgno.metrics", "dgno.lpips_offline", "dgno.stats", "dgno.interrupts", "dgno.deprecation")),
     ("optics", ("dgno.optics",)),
     ("data", ("dgno.data",)),
     ("layers", ("dgno.layers",)),
