@@ -137,6 +137,8 @@ def _paper_pair() -> tuple[dict, dict]:
     for method in ("dgno-face-authors", "dgno-cell-authors"):
         old["methods"][method]["official"] = old["methods"][method].pop("authors_checkpoints")
     old["protocol"] = {("reproduction.tolerances" if k == "authors.tolerances" else k): v for k, v in old["protocol"].items()}
+    ring = old["experiments"]["nonblind"]["ring"]
+    old["experiments"]["nonblind"]["ring"] = {k.replace("tv_weight", "lam"): v for k, v in ring.items()}
     return new, old
 
 
@@ -155,9 +157,10 @@ def test_every_deprecated_config_key_reads_as_its_replacement(capsys):
         ("methods.dgno-face-authors.official", "methods.dgno-face-authors.authors_checkpoints"),
         ("methods.dgno-cell-authors.official", "methods.dgno-cell-authors.authors_checkpoints"),
         ("protocol.reproduction.tolerances", "protocol.authors.tolerances"),
+        *((f"experiments.nonblind.ring.{k}", f"experiments.nonblind.ring.{k.replace('lam', 'tv_weight')}") for k in ("lam", "lam_per_sigma", "lam_min")),
     ]:
         assert f"config: {old_key}: renamed {new_key}" in said
-    assert len(said) == 7
+    assert len(said) == 10
     _, old = _paper_pair()
     validate_config(old)
     assert capsys.readouterr().err == ""  # once per key in a process

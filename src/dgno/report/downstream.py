@@ -98,7 +98,7 @@ def nonblind_protocol(config: dict, results: Path) -> list[str]:
         "Restorations (settings from experiments.nonblind; sigma_hat = each image's noise estimate, Haar-wavelet MAD): "
         f"Wiener with the centre PSF, balance {auto(w['balance'], w['balance_per_sigma'], w['balance_min'])}; "
         f"Richardson-Lucy with the centre PSF, {rl['iterations']} iterations; ring deconvolution with all fitted PSFs, "
-        f"TV weight lambda {auto(ring['lam'], ring['lam_per_sigma'], ring['lam_min'])}, {ring['iterations']} Adam steps of "
+        f"TV weight lambda {auto(ring['tv_weight'], ring['tv_weight_per_sigma'], ring['tv_weight_min'])}, {ring['iterations']} Adam steps of "
         f"initial size {_setting(ring['lr'])}; the blind networks ({', '.join(exp['methods'])}) are trained on {ds}'s noisy "
         "training images and never see a PSF. Both single-PSF rows are compared with the paper's single 'Deconvolution' row; "
         "the paper calibrated on real bead images, so its numbers are not the same experiment."

@@ -128,6 +128,10 @@ RENAMED_KEYS = {
     "downloads.official_options": "downloads.authors_options",
     "downloads.official_sha256": "downloads.authors_checkpoints_sha256",
     "methods.*.official": "methods.*.authors_checkpoints",
+    # ring deconvolution's TV weight: `lam` is the LAM figure's experiment (experiments.lam)
+    "experiments.nonblind.ring.lam": "experiments.nonblind.ring.tv_weight",
+    "experiments.nonblind.ring.lam_per_sigma": "experiments.nonblind.ring.tv_weight_per_sigma",
+    "experiments.nonblind.ring.lam_min": "experiments.nonblind.ring.tv_weight_min",
 }
 
 
