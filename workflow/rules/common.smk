@@ -133,6 +133,7 @@ def per_dataset(function):
     return lambda wildcards: function(config, wildcards.dataset)
 
 
+dataset_seed = per_dataset(plan.dataset_seed)
 bbbc006_settings = per_dataset(settings.bbbc006_settings)
 bbbc006_planes = per_dataset(plan.bbbc006_planes)
 seidel_base_inputs = per_dataset(plan.seidel_base_inputs)
