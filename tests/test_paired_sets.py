@@ -205,7 +205,7 @@ def test_report_sections_compare_with_paper_or_say_how_to_run():
 
 
 def test_prepare_a_subset_reads_only_the_checked_splits(tmp_path):
-    from dgno.data.paired_sets import prepare
+    from dgno.data.paired_prepare import prepare
 
     root = write_histech(tmp_path / "raw")
     out = prepare("3dhistech", root, tmp_path / "prepared", counts={"test": 1}, progress=False)
@@ -215,7 +215,8 @@ def test_prepare_a_subset_reads_only_the_checked_splits(tmp_path):
 
 def test_hidden_files_beside_the_pairs_are_skipped_and_counted(tmp_path):
     """A copy made on a Mac: AppleDouble '._' forks and .DS_Store beside every image, never taken for one."""
-    from dgno.data.paired_sets import check, prepare
+    from dgno.data.paired_prepare import prepare
+    from dgno.data.paired_sets import check
 
     root = write_histech(tmp_path / "raw")
     for png in list(root.rglob("*.png")):
