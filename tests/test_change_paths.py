@@ -373,7 +373,7 @@ def test_a_metric_is_one_entry_with_its_function_beside_it(changed):
     c = changed.checkout
     assert c.touched["metric"] == {"src/dgno/metric_spec.py"}
     out = c.python(
-        "import numpy as np; from dgno import metric_spec; from dgno.inference.evaluate import identity_restorer, score_dataset\n"
+        "import numpy as np; from dgno import metric_spec\n"
         "m = metric_spec.metric('mae'); gt = np.full((8, 8), 0.5)\n"
         "print(m.compute()(gt + 0.25, gt), metric_spec.label('mae'), metric_spec.digits('mae'), 'mae' in metric_spec.summary_columns())"
     )
