@@ -308,7 +308,7 @@ def adopt_deprecated_copy(dest: str | Path) -> bool:
     old = dest.parent.parent / DEPRECATED_FOLDER / dest.name
     if dest.exists() or not old.is_file():
         return False
-    deprecation.renamed("folder", str(old.parent), f"{dest.parent} ({old.name} read from it; move its files there)")
+    deprecation.renamed("folder", str(old.parent), str(dest.parent))  # once per folder, however many files it holds
     dest.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.link(old, dest)
