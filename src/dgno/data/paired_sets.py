@@ -43,11 +43,11 @@ from typing import Literal, get_args
 
 import numpy as np
 import tifffile
-from tqdm import tqdm
 
 import dgno
 from dgno.data.download import DownloadError, fetch_zip, part_path, sha256_file, unpack_zip
 from dgno.io import IMAGE_SUFFIXES, InputError, atomic_dir, is_hidden, read_raw_image, write_json
+from dgno.progress import bar as progress_bar
 
 # Links published by the datasets' authors. They are third-party hosting links that can move:
 # verify them on the pages below before a long run; no checksums are published, none are assumed.
@@ -441,7 +441,7 @@ def prepare(
         (tmp / "blur" / LEVEL).mkdir(parents=True)
         kind: tuple[int, str] | None = None  # (channels, dtype) of the first image: all must match
         sizes = set()
-        for ident, _, blur_path, sharp_path in tqdm(pairs, desc=f"{source} → {out_dir.name}", disable=not progress):
+        for ident, _, blur_path, sharp_path in progress_bar(pairs, desc=f"{source} → {out_dir.name}", enabled=progress):
             sharp, blur = _pixels(sharp_path), _pixels(blur_path)
             if blur.shape != sharp.shape:
                 raise InputError(f"{blur_path}: shape {blur.shape} differs from its sharp image {sharp_path} {sharp.shape}. Fix: replace the pair")
