@@ -116,7 +116,7 @@ def test_folders_count_what_they_skip_and_an_empty_folder_is_named(model, images
     captured = capsys.readouterr()
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.tif", "b.tif", "c.tif"]
     assert f"{empty}: a folder without images" in captured.err
-    assert "(1 hidden file(s), 1 non-image file(s) and 1 subfolder(s) ignored in the input folders (subfolders are not searched" in captured.out
+    assert "; 1 hidden file(s), 1 non-image file(s) and 1 subfolder(s) ignored in the input folders (subfolders are not searched" in captured.out
     assert _cli([images / "a.tif"], tmp_path / "one", model) == 0
     assert "ignored" not in capsys.readouterr().out  # files named one by one: nothing was passed over
 

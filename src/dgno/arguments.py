@@ -47,8 +47,8 @@ def _folder(option: str, path: str) -> None:
 def _deblur(args: argparse.Namespace) -> None:
     preflight.check_image_options(tile=args.tile, overlap=_overlap(args), tile_batch=args.tile_batch, threads=args.threads,
                                   max_memory_gb=args.max_memory, channel=args.channel, axes=args.axes)  # fmt: skip
-    _model_file(args)
     preflight.check_output_dir(args.output)
+    _model_file(args)
 
 
 def _deblur_slide(args: argparse.Namespace) -> None:
@@ -57,8 +57,8 @@ def _deblur_slide(args: argparse.Namespace) -> None:
     if args.level is not None and args.level < 0:
         raise InputError(f"--level {args.level}: levels are numbered from 0 (full resolution). Fix: --level 0, or leave it out")
     check_numbers(margin=args.focus_margin, min_tissue=args.min_tissue, focus_downsample=args.focus_downsample, threshold=args.threshold, mpp=args.mpp)
-    _model_file(args)
     preflight.check_output_dir(args.output)
+    _model_file(args)
 
 
 def _evaluate(args: argparse.Namespace) -> None:

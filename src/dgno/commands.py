@@ -30,6 +30,7 @@ from dgno.slides.inputs import unique_names
 from dgno.slides.network import load_network
 from dgno.slides.restore import output_files, restore_slide
 from dgno.slides.run import SlideInterrupted
+from dgno.slides.work import WorkFolder
 from dgno.train import INTERRUPTED_EXIT, Interrupted, ModelChoice, TrainConfig
 from dgno.train import train as train_model
 from dgno.workflow.config import load_config
@@ -127,7 +128,7 @@ def _slide_line(summary: dict) -> str:
 def _slide_stopped(path: str, reason: str, args: argparse.Namespace, done: list[str], left: list[str]) -> str:
     """What a stopped ``dgno deblur-slide`` leaves (the finished tiles, the slides complete) and the rerun that resumes it."""
     work = output_files(Path(path), Path(args.output)).work
-    kept = f"its finished tiles are kept in {work}" if work.is_dir() else "nothing of it is kept"
+    kept = f"its finished tiles are kept in {work}" if WorkFolder(work).holds_tiles() else "none of its tiles was restored yet"
     if not done:
         return f"dgno deblur-slide: {path}: {reason}; {kept}; run the same command again to resume"
     complete = ", ".join(str(output_files(Path(d), Path(args.output)).slide) for d in done)

@@ -123,7 +123,7 @@ class BatchSummary:
         stop = f", interrupted ({signal_name(self.interrupted)})" if self.interrupted else ""
         return (
             f"deblur: {len(self.restored)} restored, {len(self.skipped)} skipped (output already there), "
-            f"{len(self.failed)} failed in {self.seconds:.1f} s{stop}; outputs in {self.output_dir}{''.join(f' ({n})' for n in notes)}"
+            f"{len(self.failed)} failed in {self.seconds:.1f} s{stop}; outputs in {self.output_dir}{''.join(f'; {n}' for n in notes)}"
         )
 
     def resume_line(self, *, skip_existing: bool) -> str:
