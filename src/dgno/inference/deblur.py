@@ -1,7 +1,8 @@
 """Apply a trained model to a microscopist's own images (``dgno deblur``): a batch that never dies on one file.
 
 Before the first image, everything that does not depend on one image is checked (options, device,
-output folder: ``dgno.inference.preflight``) and the model is loaded. Then each file is read with its
+output folder: ``dgno.inference.preflight``), the model is loaded and only then the output folder
+created; the inputs are expanded into files and their output names (``dgno.inference.batch_files``). Then each file is read with its
 layout and metadata (``dgno.inference.image_files``), cut into the 2-D planes the network restores
 (``dgno.inference.axes``: z-stacks, time series, channels, channel-first colour), each plane scaled to
 [0, 1] as the network was trained (``dgno.inference.normalisation``, recorded in the model file),
@@ -27,20 +28,19 @@ from dgno import progress
 from dgno.checkpoint import load_trained
 from dgno.inference import memory, normalisation, preflight
 from dgno.inference.axes import Layout, check_plane_size, from_planes, resolve_layout, to_planes
+from dgno.inference.batch_files import Ignored, expand_inputs, output_paths, written_before
 from dgno.inference.cuda_graphs import capturable
 from dgno.inference.evaluate import default_tile_batch, model_restorer
 from dgno.inference.image_files import (
     PartOfAnotherImage,
-    converted_name,
     imagej_axes,
-    may_convert,
     output_name,
     read_image_file,
     write_like,
 )
 from dgno.inference.tiling import BLENDS, pass_count
 from dgno.interrupts import signal_name
-from dgno.io import IMAGE_SUFFIXES, InputError, is_hidden, visible_files
+from dgno.io import InputError
 
 MIN_SIDE = 8  # below 8 px a plane holds less than one DG element of the paper's networks, and nothing to deblur
 PROGRESS_DELAY_S = 2.0  # bars appear only for work that takes longer: no flicker over a batch of small images
@@ -76,23 +76,6 @@ class DeblurOptions:
     skip_existing: bool = False
     model_name: str | None = None
     progress: bool = True
-
-
-@dataclass
-class Ignored:
-    """What the input folders held besides images, counted for the summary: hidden files, other files, subfolders."""
-
-    hidden: int = 0
-    other: int = 0
-    subfolders: int = 0
-
-    def text(self) -> str:
-        """"1 hidden file(s), 2 non-image file(s) and 1 subfolder(s) ignored in the input folders", or ""."""
-        kinds = [f"{n} {what}" for n, what in ((self.hidden, "hidden file(s)"), (self.other, "non-image file(s)"), (self.subfolders, "subfolder(s)")) if n]
-        if not kinds:
-            return ""
-        listing = kinds[0] if len(kinds) == 1 else f"{', '.join(kinds[:-1])} and {kinds[-1]}"
-        return f"{listing} ignored in the input folders" + (" (subfolders are not searched: pass them as inputs)" if self.subfolders else "")
 
 
 @dataclass
@@ -147,90 +130,6 @@ def check_options(options: DeblurOptions) -> DeblurOptions:
     if options.normalise is not None and options.normalise not in normalisation.NORMALISATIONS:
         raise InputError(f"--normalise {options.normalise}: allowed: {', '.join(normalisation.NORMALISATIONS)}. Fix: leave it out to use the model's own")
     return replace(options, threads=threads, axes=axes)
-
-
-def expand_inputs(inputs: Sequence[str | Path]) -> tuple[list[Path], list[tuple[Path, str]], Ignored, list[str]]:
-    """(image files, failures, what the folders held besides images, notes): folders expand to their images, each file once.
-
-    A file reached twice (named twice, or through a link) is restored once, with a note; a broken
-    link in a folder is that link's failure.
-    """
-    files: list[Path] = []
-    failures: list[tuple[Path, str]] = []
-    ignored = Ignored()
-    for raw in inputs:
-        path = Path(raw)
-        if path.is_dir():
-            found, skipped = visible_files(path)
-            ignored.hidden += len(skipped)
-            _count_others(path, ignored)
-            files += found
-            failures += [(link, f"{link}: a link to {link.readlink()}, which does not exist. Fix: remove the link or restore its target") for link in _broken_links(path)]
-            if not found:
-                failures.append((path, f"{path}: a folder without images ({', '.join(IMAGE_SUFFIXES)}). Fix: pass the folder that holds the images, or the files"))
-        elif not path.exists():
-            failures.append((path, f"{path}: file does not exist. Fix: check the path"))
-        else:
-            files.append(path)
-    first: dict[Path, Path] = {}
-    unique, notes = [], []
-    for p in files:
-        key = p.resolve()
-        if key in first:
-            if p != first[key]:
-                notes.append(f"note: {p}: the same file as {first[key]}; restored once")
-            continue
-        first[key] = p
-        unique.append(p)
-    return unique, failures, ignored, notes
-
-
-def _count_others(folder: Path, ignored: Ignored) -> None:
-    """Count the visible entries of ``folder`` that are neither images nor links to nothing: other files and subfolders."""
-    for entry in folder.iterdir():
-        if is_hidden(Path(entry.name)) or (entry.suffix.lower() in IMAGE_SUFFIXES and entry.is_file()):
-            continue
-        if entry.is_dir():
-            ignored.subfolders += 1
-        elif entry.is_file():
-            ignored.other += 1
-
-
-def _broken_links(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_symlink() and not p.exists() and p.suffix.lower() in IMAGE_SUFFIXES)
-
-
-def output_paths(inputs: Sequence[Path], output_dir: Path) -> tuple[dict[Path, Path], list[tuple[Path, str]]]:
-    """({input: output_dir/<name>}, refusals): never an output onto an input file, never two inputs onto one output.
-
-    An output folder that is the input folder would replace ``a.tif`` by its restoration, and two
-    folders may both hold an ``a.tif``: those inputs are refused, by name, before any work. A PNG or
-    JPEG input claims its converted name too (:func:`converted_name`), which it is written under when
-    its pixel type needs TIFF.
-    """
-    resolved_inputs = {p.resolve(): p for p in inputs}
-    targets: dict[Path, Path] = {}
-    claimed: dict[Path, Path] = {}
-    refusals = []
-    for path in inputs:
-        out = output_dir / path.name
-        names = [out, *([output_dir / converted_name(path)] if may_convert(path) else [])]
-        keys = [n.resolve() for n in names]
-        overwritten = next((k for k in keys if k in resolved_inputs), None)
-        taken = next((k for k in keys if k in claimed), None)
-        if overwritten is not None:
-            refusals.append((path, f"{path}: its output {out} would overwrite the input file {resolved_inputs[overwritten]}. Fix: choose another --output folder"))
-        elif taken is not None:
-            refusals.append((path, f"{path}: its output {taken} is also the output of {claimed[taken]} (same name). Fix: rename one of them or restore them separately"))
-        else:
-            claimed |= dict.fromkeys(keys, path)
-            targets[path] = out
-    return targets, refusals
-
-
-def _written_before(path: Path, target: Path) -> bool:
-    """Whether ``path``'s output is already in the output folder, under its own or its converted name (a file, not a folder)."""
-    return target.is_file() or (may_convert(path) and target.with_name(converted_name(path)).is_file())
 
 
 def failure_line(path: Path, target: Path, exc: BaseException) -> str:
@@ -420,7 +319,7 @@ def _pending(inputs: Sequence[str | Path], output_dir: Path, options: DeblurOpti
         summary.failed.append((path, message))
         report(f"error: {message}")
     if options.skip_existing:
-        summary.skipped = [p for p, out in targets.items() if _written_before(p, out)]
+        summary.skipped = [p for p, out in targets.items() if written_before(p, out)]
         targets = {p: out for p, out in targets.items() if p not in summary.skipped}
     return targets
 
