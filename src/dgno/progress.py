@@ -88,8 +88,8 @@ class LogLines:
     """Progress as plain lines for a log (module docstring); the part of tqdm's interface callers use.
 
     A line is printed by :meth:`update` when ``every`` seconds have passed since the last one, so work
-    that ends sooner prints nothing; :meth:`close` prints the last line of work that printed any. Safe to
-    update from a worker thread.
+    that ends sooner prints nothing; :meth:`close` prints the last line of work that printed any (unless
+    that line was the last). Safe to update from a worker thread.
     """
 
     def __init__(self, iterable: Iterable | None = None, *, total: float | None = None, desc: str = "", unit: str = "it",
@@ -101,7 +101,8 @@ class LogLines:
         self.every, self.file = every, file
         self._t0 = self._last = time.monotonic()
         self._postfix = ""
-        self._printed = self._closed = False
+        self._said: float | None = None  # the count of the last line printed
+        self._closed = False
         self._lock = threading.Lock()
 
     def __iter__(self) -> Iterator:
@@ -119,7 +120,7 @@ class LogLines:
     def _say(self, now: float) -> None:
         line = progress_line(self.desc, self.n, self.total, now - self._t0, rate_done=self.n - self._start, unit=self.unit, unit_scale=self.unit_scale)
         print(line + (f"; {self._postfix}" if self._postfix else ""), file=self.file or sys.stderr, flush=True)
-        self._printed, self._last = True, now
+        self._said, self._last = self.n, now
 
     def update(self, n: float = 1) -> None:
         with self._lock:
@@ -134,7 +135,7 @@ class LogLines:
 
     def close(self) -> None:
         with self._lock:
-            if not self._closed and self._printed:
+            if not self._closed and self._said is not None and self._said != self.n:
                 self._say(time.monotonic())
             self._closed = True
 

@@ -441,7 +441,7 @@ def write_fields(
     for sub in ["gt", *(f"blur/{level_name(z)}" for z in blur_planes), *(["labels"] if masks else [])]:
         (out / sub).mkdir(parents=True, exist_ok=True)
     shape = None
-    for well, site, gt_path, blur_paths in progress_bar(pairs, desc=desc, enabled=progress):
+    for well, site, gt_path, blur_paths in progress_bar(pairs, desc=desc, unit="pair", enabled=progress):
         ident = prefix + image_id(well, site)
         gt = read_uint16(gt_path)
         shape = shape or gt.shape

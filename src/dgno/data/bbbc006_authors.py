@@ -344,7 +344,7 @@ def _write_images(tmp: Path, index: ArchiveIndex, broad: BroadMap, *, progress: 
     for sub in ["gt", *(f"blur/{bbbc006.level_name(z)}" for z in levels), *(["labels"] if broad.labels else [])]:
         (tmp / sub).mkdir(parents=True)
     shape = None
-    for pair in progress_bar(index.pairs, desc=desc, enabled=progress):
+    for pair in progress_bar(index.pairs, desc=desc, unit="pair", enabled=progress):
         gt = bbbc006.read_uint16(pair.gt)
         shape = shape or gt.shape
         if gt.shape != shape:

@@ -167,7 +167,7 @@ def write_sharp_dataset(
     try:
         for sub in ["gt", "labels", "clean"] if kind == "nuclei" else ["gt"]:
             (tmp / sub).mkdir(parents=True)
-        for split, index, ident in progress_bar(items, desc=f"sharp {kind} → {out_dir.name}", enabled=progress):
+        for split, index, ident in progress_bar(items, desc=f"sharp {kind} → {out_dir.name}", unit="image", enabled=progress):
             s = image_seed(seed, split, index)
             if kind == "nuclei":
                 per_image[ident] = _write_nuclei_image(tmp, ident, s, (h, w), n_nuclei=n_nuclei, ranges=ranges)
@@ -208,7 +208,7 @@ def write_sigma_level(
     its presence means the level is complete.
     """
     with atomic_dir(data_dir / "blur" / level) as blur_dir, atomic_dir(data_dir / "sigma" / level) as sigma_dir:
-        for ident in progress_bar(idents, desc=f"blur {data_dir.name}/{level}", enabled=progress):
+        for ident in progress_bar(idents, desc=f"blur {data_dir.name}/{level}", unit="image", enabled=progress):
             sigma, blurred = blur_one(ident)
             write_tiff(blur_dir / f"{ident}.tif", blurred, plain=True)
             write_tiff(sigma_dir / f"{ident}.tif", sigma, plain=True)

@@ -177,11 +177,11 @@ def load_pairs(
     budget = cache_budget_mb() if cache_mb is None else cache_mb
     cache = ImageCache(budget * 1e6, normalise=dataset_normalisation(data_dir), min_size=min_size)
     shapes = {}
-    for i in progress_bar(ids, desc=f"check {data_dir.name}/{split} gt", enabled=progress, leave=False):
+    for i in progress_bar(ids, desc=f"check {data_dir.name}/{split} gt", unit="image", enabled=progress, leave=False):
         shapes[i] = cache.get(data_dir / "gt" / f"{i}.tif").shape
     pairs = []
     todo = [(lvl, i) for lvl in levels for i in ids]
-    for lvl, i in progress_bar(todo, desc=f"check {data_dir.name}/{split}", enabled=progress, leave=False):
+    for lvl, i in progress_bar(todo, desc=f"check {data_dir.name}/{split}", unit="image", enabled=progress, leave=False):
         path = data_dir / "blur" / lvl / f"{i}.tif"
         shape = cache.get(path).shape
         if shape != shapes[i]:

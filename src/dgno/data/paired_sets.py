@@ -441,7 +441,7 @@ def prepare(
         (tmp / "blur" / LEVEL).mkdir(parents=True)
         kind: tuple[int, str] | None = None  # (channels, dtype) of the first image: all must match
         sizes = set()
-        for ident, _, blur_path, sharp_path in progress_bar(pairs, desc=f"{source} → {out_dir.name}", enabled=progress):
+        for ident, _, blur_path, sharp_path in progress_bar(pairs, desc=f"{source} → {out_dir.name}", unit="pair", enabled=progress):
             sharp, blur = _pixels(sharp_path), _pixels(blur_path)
             if blur.shape != sharp.shape:
                 raise InputError(f"{blur_path}: shape {blur.shape} differs from its sharp image {sharp_path} {sharp.shape}. Fix: replace the pair")

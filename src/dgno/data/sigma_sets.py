@@ -42,7 +42,7 @@ def copy_sharp(base_dir: str | Path, out_dir: str | Path, *, seed: int, progress
     split = read_split(base_dir)
     ids = [i for ids in split.values() for i in ids]
     with atomic_dir(out_dir / "gt") as tmp:
-        for image_id in progress_bar(ids, desc=f"sharp {out_dir.name}", enabled=progress):
+        for image_id in progress_bar(ids, desc=f"sharp {out_dir.name}", unit="image", enabled=progress):
             write_tiff(tmp / f"{image_id}.tif", np.asarray(read_image(base_dir / "gt" / f"{image_id}.tif", normalise=norm), dtype=np.float32), plain=True)
     shutil.copyfile(base_dir / "split.csv", out_dir / "split.csv")
     manifest = {"kind": KIND, "base": base_dir.name, "base_normalise": norm, "normalise": "dtype", "seed": seed, "n_images": len(ids)}

@@ -175,7 +175,7 @@ def score_dataset(
     out_dir = Path(out_dir)
     pairs = load_pairs(data_dir, split="test", levels=[level], ids=level_test_ids(data_dir, level), min_size=min_size)
     stages = _ScoringStages(restore, out_dir, Path(data_dir) / "blur" / level, method=method, with_lpips=with_lpips, save_restored=save_restored, precomputed=precomputed, before_image=before_image)
-    bar = partial(progress_bar, total=len(pairs), desc=f"evaluate {method} {level}", enabled=progress)
+    bar = partial(progress_bar, total=len(pairs), desc=f"evaluate {method} {level}", unit="image", enabled=progress)
     runtime = timed_pipeline(pairs, stages.load, stages.compute, stages.finish, overlap=overlap_io, device=device or torch.device("cpu"), progress=bar)
     rows, lpips_source = stages.rows, stages.lpips_source
     frame = pd.DataFrame(rows)
