@@ -3,9 +3,9 @@
 Read from the source (``ast``), nothing is imported. The layers, lowest first; a module may import its
 own layer and the layers below it:
 
-    foundation (io, choices, provenance, metric_spec, metrics, lpips_offline, stats, interrupts) → optics → data → layers → models
-    → checkpoint → train, inference, slides → experiments, analysis → report → workflow (config, resources, jobenv, plan)
-    → cli (cli, commands, console)
+    foundation (io, choices, provenance, metric_spec, metrics, lpips_offline, stats, interrupts, deprecation, progress) → optics → data → layers
+    → models → checkpoint → train, inference, slides → experiments, analysis → report → workflow (config, resources, jobenv, plan)
+    → cli (cli, arguments, commands, console)
 
 ``data`` sits above ``optics`` because the synthetic datasets are made with it (``data.demo`` blurs
 with ``optics.sigma_blur``, ``data.synth`` adds ``optics.noise``'s camera noise); the physics imports no
@@ -33,7 +33,7 @@ PACKAGE = SRC / "dgno"
 BENCHMARKS = ROOT / "benchmarks"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("dgno", "dgno.io", "dgno.choices", "dgno.provenance", "dgno.metric_spec", "dgno.metrics", "dgno.lpips_offline", "dgno.stats", "dgno.interrupts", "dgno.deprecation")),
+    ("foundation", ("dgno", "dgno.io", "dgno.choices", "dgno.provenance", "dgno.metric_spec", "dgno.metrics", "dgno.lpips_offline", "dgno.stats", "dgno.interrupts", "dgno.deprecation", "dgno.progress")),
     ("optics", ("dgno.optics",)),
     ("data", ("dgno.data",)),
     ("layers", ("dgno.layers",)),
@@ -43,7 +43,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("experiments / analysis", ("dgno.experiments", "dgno.analysis")),
     ("report", ("dgno.report",)),
     ("workflow", ("dgno.workflow",)),
-    ("cli", ("dgno.cli", "dgno.commands", "dgno.console")),
+    ("cli", ("dgno.cli", "dgno.arguments", "dgno.commands", "dgno.console")),
 ]
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60

@@ -105,15 +105,20 @@ def test_skip_existing_resumes_and_the_default_replaces(model, images, tmp_path,
     assert "deblur: 3 restored, 0 skipped" in capsys.readouterr().out
 
 
-def test_folders_skip_hidden_files_and_an_empty_folder_is_named(model, images, tmp_path, capsys):
+def test_folders_count_what_they_skip_and_an_empty_folder_is_named(model, images, tmp_path, capsys):
     (images / "._a.tif").write_bytes(b"\x00\x05\x16\x07 AppleDouble")
     (images / "notes.txt").write_text("not an image")
+    (images / "deeper").mkdir()
+    tifffile.imwrite(images / "deeper" / "d.tif", np.zeros((40, 48), np.uint16))  # folders are read one level deep
     empty = tmp_path / "empty"
     empty.mkdir()
     assert _cli([images, empty], tmp_path / "out", model) == 1
     captured = capsys.readouterr()
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.tif", "b.tif", "c.tif"]
-    assert f"{empty}: a folder without images" in captured.err and "1 hidden file(s) ignored" in captured.out
+    assert f"{empty}: a folder without images" in captured.err
+    assert "; 1 hidden file(s), 1 non-image file(s) and 1 subfolder(s) ignored in the input folders (subfolders are not searched" in captured.out
+    assert _cli([images / "a.tif"], tmp_path / "one", model) == 0
+    assert "ignored" not in capsys.readouterr().out  # files named one by one: nothing was passed over
 
 
 def test_threads_default_to_the_allowed_cpus_and_the_option_sets_them(model, images, tmp_path, monkeypatch):

@@ -136,7 +136,7 @@ def test_full_disk_is_an_error_naming_the_folder_and_the_fix(small_slide, tmp_pa
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
     monkeypatch.setattr(work_module, "write_durable", full)
-    with pytest.raises(Exception, match=r"small\.svs\.tif: no space left on the disk of .*Fix: free space"):
+    with pytest.raises(Exception, match=r"small\.svs\.tif: disk full \(no space left on the disk of .*Fix: free space"):
         restore_slide(small_slide, tmp_path / "out", network=network(fn=affine), restore="all", progress=False)
     assert not (tmp_path / "out" / "small.svs.ome.tif").exists()
 

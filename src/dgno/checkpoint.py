@@ -19,7 +19,7 @@ import torch
 
 from dgno import provenance
 from dgno.data.download import sha256_file
-from dgno.io import InputError, atomic_path
+from dgno.io import InputError, atomic_path, check_model_path
 from dgno.models.authors import convert_state_dict, load_authors_state, model_from_options, read_network_options
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import build_model
@@ -59,15 +59,6 @@ def weights_digest(state_dict: dict[str, torch.Tensor]) -> str:
         h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
         h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
-
-
-def check_model_path(path: Path, *, missing_fix: str) -> None:
-    """Refuse a model path that is a folder (naming the model.pt inside, if any) or that does not exist (with ``missing_fix``)."""
-    if path.is_dir():
-        inside = path / "model.pt"
-        raise InputError(f"{path}: is a folder, not a model file. Fix: pass {inside if inside.is_file() else 'the model file itself'}")
-    if not path.is_file():
-        raise InputError(f"{path}: checkpoint does not exist. Fix: {missing_fix}")
 
 
 def _read_blob(path: Path, device: torch.device | str) -> dict[str, Any]:

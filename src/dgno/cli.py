@@ -2,8 +2,10 @@
 
 Every sub-command is a thin shell around a package function; errors about user input are
 printed as one line (file, problem, fix) with exit status 2, not as a traceback. The commands that
-run networks are in :mod:`dgno.commands`, imported only when one of them runs, so that ``dgno
---help``, ``dgno report`` and ``dgno data check`` start without loading torch.
+run networks are in :mod:`dgno.commands`, imported only when one of them runs and after its arguments
+passed the checks that need no torch (:mod:`dgno.arguments`), so that ``dgno --help``, a typo, ``dgno
+report`` and ``dgno data check`` never wait for torch. Ctrl-C and SIGTERM stop a command with a line
+that says what is done (:mod:`dgno.interrupts`).
 """
 
 from __future__ import annotations
@@ -13,12 +15,11 @@ import json
 import os
 import sys
 
+from dgno import arguments, interrupts
 from dgno.data.check import NAMES as DATA_NAMES
 from dgno.data.check import data_check
-from dgno.interrupts import INTERRUPTED, quiet_start
+from dgno.interrupts import quiet_start
 from dgno.io import InputError
-from dgno.report.build import build_report
-from dgno.workflow.config import load_config
 
 # Commands that restore users' images on machines shared with other work: their OpenMP threads sleep
 # when idle instead of spinning (OMP_WAIT_POLICY is read once, when torch loads its OpenMP runtime).
@@ -47,7 +48,8 @@ def _released_network_options(which, help_text: str) -> None:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    """Run a sub-command of :mod:`dgno.commands` (the function named like the command)."""
+    """Run a sub-command of :mod:`dgno.commands` (the function named like the command), its arguments checked first."""
+    arguments.check(args)  # before torch loads: a typo is said at once
     if args.command in PASSIVE_THREAD_COMMANDS:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     with quiet_start():  # Ctrl-C while torch loads: exit at once (dgno.interrupts)
@@ -57,6 +59,9 @@ def _run_command(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from dgno.report.build import build_report  # pandas and the report's modules: only for this command
+    from dgno.workflow.config import load_config  # jsonschema: only for the commands that read a config
+
     build_report(load_config(args.config), args.results, args.out)
     print(args.out)
     return 0
@@ -273,10 +278,12 @@ def _renamed_command(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(_renamed_command(list(sys.argv[1:] if argv is None else argv)))
     try:
-        return args.func(args)
-    except KeyboardInterrupt:
-        print(f"dgno {args.command}: interrupted", file=sys.stderr)
-        return INTERRUPTED  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+        with interrupts.sigterm_stops():  # SIGTERM (a time limit, scancel, kill) stops the command as Ctrl-C does
+            return args.func(args)
+    except KeyboardInterrupt as exc:  # one that the command did not report itself
+        stop = "interrupted" if interrupts.exit_status(exc) == interrupts.INTERRUPTED else "stopped by SIGTERM"
+        print(f"dgno {args.command}: {stop} before it finished; run the same command again to go on", file=sys.stderr)
+        return interrupts.exit_status(exc)  # 130 or 143, as a shell reports a command stopped by the signal
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

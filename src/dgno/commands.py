@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -21,19 +22,18 @@ from dgno.analysis.lam import image_lam
 from dgno.checkpoint import import_authors as import_authors_checkpoint
 from dgno.inference import authors, preflight
 from dgno.inference.deblur import DeblurOptions, deblur_batch
-from dgno.inference.deblur import check_options as check_deblur_options
 from dgno.inference.evaluate import evaluate_checkpoint
+from dgno.interrupts import exit_status, signal_name
 from dgno.io import InputError, write_csv
 from dgno.report.figures import lam_maps
 from dgno.slides.inputs import unique_names
 from dgno.slides.network import load_network
-from dgno.slides.restore import restore_slide
+from dgno.slides.restore import output_files, restore_slide
 from dgno.slides.run import SlideInterrupted
+from dgno.slides.work import WorkFolder
 from dgno.train import INTERRUPTED_EXIT, Interrupted, ModelChoice, TrainConfig
 from dgno.train import train as train_model
 from dgno.workflow.config import load_config
-
-INTERRUPTED_BY_USER = 130  # the shell's status for a command stopped by Ctrl-C (128 + SIGINT)
 
 
 def train(args: argparse.Namespace) -> int:
@@ -82,39 +82,38 @@ def summary(args: argparse.Namespace) -> int:
     return 0
 
 
-def _deblur_options(args: argparse.Namespace, how: authors.Restoration | None) -> DeblurOptions:
-    """The command line's options; without ``how`` (the model not resolved yet) only what the user gave."""
+def _deblur_options(args: argparse.Namespace, how: authors.Restoration) -> DeblurOptions:
+    """The command line's options, with the model's own tiling and normalisation where none is given."""
     return DeblurOptions(
-        tile=args.tile if args.tile is not None or how is None else how.tile,
-        overlap=args.overlap if args.overlap is not None else (how.overlap if how else 0),
-        blend=args.blend or (how.blend if how else "ramp"),
+        tile=args.tile if args.tile is not None else how.tile,
+        overlap=args.overlap if args.overlap is not None else how.overlap,
+        blend=args.blend or how.blend,
         tile_batch=args.tile_batch,
         cuda_graphs=args.cuda_graphs,
         bf16=args.bf16,
-        normalise=args.normalise or (how.normalise if how else None),
-        strict_channels=bool(how and how.strict_channels),
+        normalise=args.normalise or how.normalise,
+        strict_channels=how.strict_channels,
         channel=args.channel,
         axes=args.axes,
         threads=args.threads,
         max_memory_gb=args.max_memory,
         skip_existing=args.skip_existing,
-        model_name=how.name if how else None,
+        model_name=how.name,
     )
 
 
 def deblur(args: argparse.Namespace) -> int:
-    # Options, device and output folder first: a mistake there is said before any download or image.
-    check_deblur_options(_deblur_options(args, None))
+    # The options and the output folder were checked before torch loaded (dgno.arguments); the device next,
+    # before any download. The output folder is created once the model has loaded (deblur_batch).
     preflight.check_device(args.device)
-    preflight.prepare_output_dir(args.output)
     how = authors.released(args.authors, options=args.options) if args.authors else authors.local(args.checkpoint, options=args.options)
     summary = deblur_batch(args.inputs, args.output, checkpoint=how.model, device=args.device, options=_deblur_options(args, how))
     print(summary.line())
     if summary.failed:
         print(f"{len(summary.failed)} of {summary.total} file(s) failed (errors above)", file=sys.stderr)
     if summary.interrupted:
-        print(f"interrupted: the {len(summary.restored)} restored file(s) are complete; rerun with --skip-existing to go on", file=sys.stderr)
-        return INTERRUPTED_BY_USER
+        print(f"dgno deblur: {summary.resume_line(skip_existing=args.skip_existing)}", file=sys.stderr)
+        return exit_status(summary.interrupted)
     return 1 if summary.failed else 0
 
 
@@ -126,30 +125,49 @@ def _slide_line(summary: dict) -> str:
     return f"{head}; restored in {summary['seconds']:.1f} s → {summary['files']['slide']}"
 
 
+def _slide_stopped(path: str, reason: str, args: argparse.Namespace, done: list[str], left: list[str]) -> str:
+    """What a stopped ``dgno deblur-slide`` leaves (the finished tiles, the slides complete) and the rerun that resumes it."""
+    work = output_files(Path(path), Path(args.output)).work
+    kept = f"its finished tiles are kept in {work}" if WorkFolder(work).holds_tiles() else "none of its tiles was restored yet"
+    if not done:
+        return f"dgno deblur-slide: {path}: {reason}; {kept}; run the same command again to resume"
+    complete = ", ".join(str(output_files(Path(d), Path(args.output)).slide) for d in done)
+    return (f"dgno deblur-slide: {path}: {reason}; {kept}; complete: {complete}. To resume, run the same command again "
+            f"with only the slides not finished ({shlex.join(left)}) in place of the slide list")  # fmt: skip
+
+
 def deblur_slide(args: argparse.Namespace) -> int:
-    """Restore each slide; one line per slide; exit 143 when stopped by a signal (a rerun resumes)."""
-    # Options, threads, output folder and names first: a mistake there is said before any download or slide.
+    """Restore each slide; one line per slide; stopped by a signal, say what is done and exit 143 (130 for Ctrl-C)."""
+    # The options and the output folder were checked before torch loaded (dgno.arguments). The network is
+    # read before the output folder is created, so that a model that fails to load leaves nothing behind.
     threads = preflight.check_threads(args.threads)
     slides = list(unique_names(args.slides, fix="restore them into different --output folders").values())  # a slide named twice: once
-    preflight.prepare_output_dir(args.output)
     network = load_network(checkpoint=args.checkpoint, authors=args.authors, options=args.options, device=args.device, tile_batch=args.tile_batch,
                            cuda_graphs=args.cuda_graphs, bf16=args.bf16, threads=threads, normalise=args.normalise, tile=args.tile, overlap=args.overlap)  # fmt: skip
+    preflight.prepare_output_dir(args.output)
     options = dict(level=args.level, mpp=args.mpp, channel=args.channel, restore=args.restore, threshold=args.threshold, margin=args.focus_margin,
                    min_tissue=args.min_tissue, focus_downsample=args.focus_downsample, compression=args.compression, overwrite=args.overwrite,
                    dry_run=args.dry_run, workers=threads if args.threads else min(threads, 4))  # fmt: skip
-    failures = []
-    for path in slides:
+    failures, done, stopped = [], [], None
+    for i, path in enumerate(slides):
         try:
             print(_slide_line(restore_slide(path, args.output, network=network, **options)))
-        except SlideInterrupted as exc:
-            print(f"dgno deblur-slide: {path}: {exc}; the finished tiles are kept, run the same command again to resume", file=sys.stderr)
-            return INTERRUPTED_EXIT
+            done.append(path)
+        except SlideInterrupted as exc:  # a signal while its tiles were restored or written
+            stopped = (_slide_stopped(path, str(exc), args, done, slides[i:]), exc.status)
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM outside that: the focus analysis, the pictures
+            stopped = (_slide_stopped(path, f"stopped by {signal_name(exc)}", args, done, slides[i:]), exit_status(exc))
         except InputError as exc:
             failures.append(str(exc) if str(path) in str(exc) else f"{path}: {exc}")
+        if stopped:
+            break
     for message in failures:
         print(f"error: {message}", file=sys.stderr)
     if failures:
         print(f"{len(failures)} of {len(args.slides)} slide(s) failed", file=sys.stderr)
+    if stopped:
+        print(stopped[0], file=sys.stderr)
+        return stopped[1]
     return 1 if failures else 0
 
 

@@ -65,6 +65,18 @@ class InputError(ValueError):
     """A user-supplied file is missing, unreadable or unsuitable; the message says which and how to fix it."""
 
 
+def check_model_path(path: Path, *, missing_fix: str) -> None:
+    """Refuse a model path that is a folder (naming the model.pt inside, if any), that does not exist (with
+    ``missing_fix``) or that this process may not read. Without torch, so that ``dgno`` says it before loading torch."""
+    if path.is_dir():
+        inside = path / "model.pt"
+        raise InputError(f"{path}: is a folder, not a model file. Fix: pass {inside if inside.is_file() else 'the model file itself'}")
+    if not path.is_file():
+        raise InputError(f"{path}: checkpoint does not exist. Fix: {missing_fix}")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"{path}: checkpoint cannot be read (no permission). Fix: ask its owner to make it readable (chmod a+r), or copy it")
+
+
 def _fail(path: Path | str, problem: str, fix: str) -> InputError:
     return InputError(f"{path}: {problem}. Fix: {fix}")
 

@@ -36,11 +36,11 @@ from typing import Literal
 
 import numpy as np
 import tifffile
-from tqdm import tqdm
 
 import dgno
 from dgno.data.download import fetch_zip, sha256_file, unpack_zip
 from dgno.io import InputError, atomic_dir, read_json, read_raw_image, visible_files, write_json
+from dgno.progress import bar as progress_bar
 
 BASE_URL = "https://data.broadinstitute.org/bbbc/BBBC006/"
 N_PLANES = 34  # z00 .. z33
@@ -441,7 +441,7 @@ def write_fields(
     for sub in ["gt", *(f"blur/{level_name(z)}" for z in blur_planes), *(["labels"] if masks else [])]:
         (out / sub).mkdir(parents=True, exist_ok=True)
     shape = None
-    for well, site, gt_path, blur_paths in tqdm(pairs, desc=desc, disable=not progress):
+    for well, site, gt_path, blur_paths in progress_bar(pairs, desc=desc, unit="pair", enabled=progress):
         ident = prefix + image_id(well, site)
         gt = read_uint16(gt_path)
         shape = shape or gt.shape

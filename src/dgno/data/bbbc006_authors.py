@@ -34,7 +34,6 @@ from typing import Literal
 
 import numpy as np
 import tifffile
-from tqdm import tqdm
 
 import dgno
 from dgno.data import bbbc006
@@ -44,6 +43,7 @@ from dgno.data.download import DownloadError, part_path, sha256_file
 from dgno.data.paired_sets import Report
 from dgno.data.targz import fetch_targz, unpack_tar
 from dgno.io import InputError, atomic_dir, is_hidden, read_json, write_json
+from dgno.progress import bar as progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -344,7 +344,7 @@ def _write_images(tmp: Path, index: ArchiveIndex, broad: BroadMap, *, progress: 
     for sub in ["gt", *(f"blur/{bbbc006.level_name(z)}" for z in levels), *(["labels"] if broad.labels else [])]:
         (tmp / sub).mkdir(parents=True)
     shape = None
-    for pair in tqdm(index.pairs, desc=desc, disable=not progress):
+    for pair in progress_bar(index.pairs, desc=desc, unit="pair", enabled=progress):
         gt = bbbc006.read_uint16(pair.gt)
         shape = shape or gt.shape
         if gt.shape != shape:

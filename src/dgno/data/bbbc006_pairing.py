@@ -30,7 +30,6 @@ from typing import Literal
 
 import numpy as np
 from scipy import ndimage
-from tqdm import tqdm
 
 from dgno.data import bbbc006
 from dgno.data.bbbc006_layout import (
@@ -50,6 +49,7 @@ from dgno.data.bbbc006_layout import (
 )
 from dgno.data.bbbc006_listing import LISTING, plane_lookup
 from dgno.io import InputError
+from dgno.progress import bar as progress_bar
 
 __all__ = [
     "ARCHIVE", "PER_GT", "PLANES", "PLANE_CHECKS", "PLANE_RULES", "SPLITS", "ArchiveIndex", "Pair", "PlaneCheck", "PlaneRule",
@@ -263,7 +263,7 @@ def index_archive(
     if both:
         raise InputError(f"{root}: {len(both)} {channel} field(s) in both train and test ({', '.join(both[:5])}). Fix: a split must not share fields; unpack {ARCHIVE} again")
     files = [p for pair in pairs for p in pair.triple]
-    sharp = {p: sharpness(bbbc006.read_uint16(p)) for p in tqdm(files, desc=f"blur order {channel}", disable=not progress)}
+    sharp = {p: sharpness(bbbc006.read_uint16(p)) for p in progress_bar(files, desc=f"blur order {channel}", unit="image", enabled=progress)}
     status = (broad_listing or {}).get("status", "not requested")
     decided = decide_planes(pairs, plane_rule, sharp, root=root, lookup=plane_lookup(broad_listing), listing_status=status, config_key=config_key)
     check = check_blur_order(pairs, sharp, decided=decided, max_out_of_order=max_out_of_order, plane_check=plane_check, config_key=config_key)

@@ -34,12 +34,12 @@ from typing import Literal
 import numpy as np
 import scipy
 import tifffile
-from tqdm import tqdm
 
 import dgno
 from dgno.data import synth
 from dgno.io import atomic_dir, write_tiff
 from dgno.optics.sigma_blur import MAX_ERROR, TRUNCATE, random_sigma_map, sigma_blur
+from dgno.progress import bar as progress_bar
 
 Kind = Literal["nuclei", "shapes"]
 KINDS: tuple[str, ...] = ("nuclei", "shapes")
@@ -167,7 +167,7 @@ def write_sharp_dataset(
     try:
         for sub in ["gt", "labels", "clean"] if kind == "nuclei" else ["gt"]:
             (tmp / sub).mkdir(parents=True)
-        for split, index, ident in tqdm(items, desc=f"sharp {kind} → {out_dir.name}", disable=not progress):
+        for split, index, ident in progress_bar(items, desc=f"sharp {kind} → {out_dir.name}", unit="image", enabled=progress):
             s = image_seed(seed, split, index)
             if kind == "nuclei":
                 per_image[ident] = _write_nuclei_image(tmp, ident, s, (h, w), n_nuclei=n_nuclei, ranges=ranges)
@@ -208,7 +208,7 @@ def write_sigma_level(
     its presence means the level is complete.
     """
     with atomic_dir(data_dir / "blur" / level) as blur_dir, atomic_dir(data_dir / "sigma" / level) as sigma_dir:
-        for ident in tqdm(idents, desc=f"blur {data_dir.name}/{level}", disable=not progress):
+        for ident in progress_bar(idents, desc=f"blur {data_dir.name}/{level}", unit="image", enabled=progress):
             sigma, blurred = blur_one(ident)
             write_tiff(blur_dir / f"{ident}.tif", blurred, plain=True)
             write_tiff(sigma_dir / f"{ident}.tif", sigma, plain=True)

@@ -36,10 +36,9 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from tqdm import tqdm
-
 import dgno
 from dgno.io import InputError, atomic_dir
+from dgno.progress import bar as progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +273,7 @@ def _response_start(resp, url: str, part: Path, offset: int) -> tuple[int, int |
 def _receive(resp, part: Path, *, mode: str, offset: int, expected: int | None, progress: bool, label: str) -> int:
     """Write the body to `part` (appended or from the start) with a progress bar; return the bytes now in it."""
     written = offset
-    bar = tqdm(total=expected, initial=offset, unit="B", unit_scale=True, unit_divisor=1024, desc=label, disable=not progress, leave=False)
+    bar = progress_bar(total=expected, initial=offset, unit="B", unit_scale=True, unit_divisor=1024, desc=label, enabled=progress, leave=False)
     with bar, open(part, mode) as fh:
         while True:
             try:

@@ -23,9 +23,9 @@ from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from dgno.io import InputError, read_image, read_json
+from dgno.progress import bar as progress_bar
 
 SPLITS = ("train", "val", "test")
 
@@ -177,11 +177,11 @@ def load_pairs(
     budget = cache_budget_mb() if cache_mb is None else cache_mb
     cache = ImageCache(budget * 1e6, normalise=dataset_normalisation(data_dir), min_size=min_size)
     shapes = {}
-    for i in tqdm(ids, desc=f"check {data_dir.name}/{split} gt", disable=not progress, leave=False):
+    for i in progress_bar(ids, desc=f"check {data_dir.name}/{split} gt", unit="image", enabled=progress, leave=False):
         shapes[i] = cache.get(data_dir / "gt" / f"{i}.tif").shape
     pairs = []
     todo = [(lvl, i) for lvl in levels for i in ids]
-    for lvl, i in tqdm(todo, desc=f"check {data_dir.name}/{split}", disable=not progress, leave=False):
+    for lvl, i in progress_bar(todo, desc=f"check {data_dir.name}/{split}", unit="image", enabled=progress, leave=False):
         path = data_dir / "blur" / lvl / f"{i}.tif"
         shape = cache.get(path).shape
         if shape != shapes[i]:

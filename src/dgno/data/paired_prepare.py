@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import tifffile
-from tqdm import tqdm
 
 import dgno
 from dgno.data.download import sha256_file
@@ -31,6 +30,7 @@ from dgno.data.paired_sets import (
     layout_for,
 )
 from dgno.io import InputError, atomic_dir, read_raw_image, write_json
+from dgno.progress import bar as progress_bar
 
 
 def collect_pairs(
@@ -100,7 +100,7 @@ def prepare(
         (tmp / "blur" / LEVEL).mkdir(parents=True)
         kind: tuple[int, str] | None = None  # (channels, dtype) of the first image: all must match
         sizes = set()
-        for ident, _, blur_path, sharp_path in tqdm(pairs, desc=f"{source} → {out_dir.name}", disable=not progress):
+        for ident, _, blur_path, sharp_path in progress_bar(pairs, desc=f"{source} → {out_dir.name}", unit="pair", enabled=progress):
             sharp, blur = _pixels(sharp_path), _pixels(blur_path)
             if blur.shape != sharp.shape:
                 raise InputError(f"{blur_path}: shape {blur.shape} differs from its sharp image {sharp_path} {sharp.shape}. Fix: replace the pair")

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import numpy as np
 import tifffile
-from tqdm import tqdm
 
 from dgno.data.demo import write_sigma_level
 from dgno.data.paired import dataset_normalisation, read_split
 from dgno.io import atomic_dir, read_image, write_tiff
 from dgno.optics.sigma_blur import random_sigma_map, sigma_blur
+from dgno.progress import bar as progress_bar
 
 KIND = "sigma_map"
 
@@ -42,7 +42,7 @@ def copy_sharp(base_dir: str | Path, out_dir: str | Path, *, seed: int, progress
     split = read_split(base_dir)
     ids = [i for ids in split.values() for i in ids]
     with atomic_dir(out_dir / "gt") as tmp:
-        for image_id in tqdm(ids, desc=f"sharp {out_dir.name}", disable=not progress):
+        for image_id in progress_bar(ids, desc=f"sharp {out_dir.name}", unit="image", enabled=progress):
             write_tiff(tmp / f"{image_id}.tif", np.asarray(read_image(base_dir / "gt" / f"{image_id}.tif", normalise=norm), dtype=np.float32), plain=True)
     shutil.copyfile(base_dir / "split.csv", out_dir / "split.csv")
     manifest = {"kind": KIND, "base": base_dir.name, "base_normalise": norm, "normalise": "dtype", "seed": seed, "n_images": len(ids)}

@@ -25,6 +25,8 @@ from tqdm import tqdm
 
 from dgno.data.download import CHUNK_BYTES, DownloadError, WrongArchiveKind, download_archive, part_path
 from dgno.io import InputError, atomic_dir
+from dgno.progress import LogLines
+from dgno.progress import bar as progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,7 @@ class TruncatedArchive(InputError):
 class _CountingReader:
     """A read-only file wrapper that advances a progress bar by the compressed bytes read."""
 
-    def __init__(self, raw: IO[bytes], bar: tqdm) -> None:
+    def __init__(self, raw: IO[bytes], bar: tqdm | LogLines) -> None:
         self.raw, self.bar = raw, bar
 
     def read(self, size: int = -1) -> bytes:
@@ -97,7 +99,7 @@ def _walk_targz(path: Path, visit: Callable[[tarfile.TarInfo, IO[bytes] | None],
         raise InputError(f"{path}: archive does not exist. Fix: re-run the download rule that writes it")
     _refuse_other_kinds(path)
     names: list[str] = []
-    bar = tqdm(total=path.stat().st_size, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, disable=not progress, leave=False)
+    bar = progress_bar(total=path.stat().st_size, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, enabled=progress, leave=False)
     try:
         with bar, open(path, "rb") as raw, gzip.GzipFile(fileobj=_CountingReader(raw, bar), mode="rb") as gz:
             with tarfile.open(fileobj=gz, mode="r|") as tar:

@@ -30,15 +30,15 @@ from pathlib import Path
 import torch
 
 from dgno import deprecation
-from dgno.checkpoint import check_model_path, import_authors, released_normalisation
+from dgno.checkpoint import import_authors, released_normalisation
 from dgno.data.download import sha256_file
-from dgno.io import InputError
+from dgno.inference.preflight import AUTHORS_TILES, DEFAULT_OVERLAP
+from dgno.io import InputError, check_model_path
 from dgno.models.authors import adopt_deprecated_copy, fetch_authors_checkpoint, read_network_options, released_networks
 
 RELEASE_URL = "https://huggingface.co/Duane245/DGNO/resolve/main/pretrained/"
 CACHE_ENV, URL_ENV = "DGNO_CACHE", "DGNO_AUTHORS_URL"
 DEPRECATED_URL_ENV = "DGNO_OFFICIAL_URL"  # read when URL_ENV is not set
-AUTHORS_TILES = {"tile": 512, "overlap": 32, "blend": "crossfade"}  # their BBBC006 test network's tiling
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Restoration:
     model: Path
     name: str
     tile: int | None = 512
-    overlap: int = 64
+    overlap: int = DEFAULT_OVERLAP
     blend: str = "ramp"
     normalise: str | None = None  # "minmax" or "dtype" (dgno.inference.normalisation); None: as the model file records
     strict_channels: bool = False

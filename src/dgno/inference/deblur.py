@@ -1,7 +1,8 @@
 """Apply a trained model to a microscopist's own images (``dgno deblur``): a batch that never dies on one file.
 
 Before the first image, everything that does not depend on one image is checked (options, device,
-output folder: ``dgno.inference.preflight``) and the model is loaded. Then each file is read with its
+output folder: ``dgno.inference.preflight``), the model is loaded and only then the output folder
+created; the inputs are expanded into files and their output names (``dgno.inference.batch_files``). Then each file is read with its
 layout and metadata (``dgno.inference.image_files``), cut into the 2-D planes the network restores
 (``dgno.inference.axes``: z-stacks, time series, channels, channel-first colour), each plane scaled to
 [0, 1] as the network was trained (``dgno.inference.normalisation``, recorded in the model file),
@@ -23,22 +24,23 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from dgno import progress
 from dgno.checkpoint import load_trained
 from dgno.inference import memory, normalisation, preflight
-from dgno.inference.axes import Layout, check_axes_option, check_plane_size, from_planes, resolve_layout, to_planes
+from dgno.inference.axes import Layout, check_plane_size, from_planes, resolve_layout, to_planes
+from dgno.inference.batch_files import Ignored, expand_inputs, output_paths, written_before
 from dgno.inference.cuda_graphs import capturable
 from dgno.inference.evaluate import default_tile_batch, model_restorer
 from dgno.inference.image_files import (
     PartOfAnotherImage,
-    converted_name,
     imagej_axes,
-    may_convert,
     output_name,
     read_image_file,
     write_like,
 )
 from dgno.inference.tiling import BLENDS, pass_count
-from dgno.io import IMAGE_SUFFIXES, InputError, visible_files
+from dgno.interrupts import signal_name
+from dgno.io import InputError
 
 MIN_SIDE = 8  # below 8 px a plane holds less than one DG element of the paper's networks, and nothing to deblur
 PROGRESS_DELAY_S = 2.0  # bars appear only for work that takes longer: no flicker over a batch of small images
@@ -60,7 +62,7 @@ class DeblurOptions:
     """
 
     tile: int | None = 512
-    overlap: int = 64
+    overlap: int = preflight.DEFAULT_OVERLAP
     blend: str = "ramp"
     tile_batch: int | None = None
     cuda_graphs: bool = False
@@ -78,114 +80,56 @@ class DeblurOptions:
 
 @dataclass
 class BatchSummary:
-    """What a batch did: files restored, skipped (output already there), failed with their one-line errors."""
+    """What a batch did: files restored, skipped (output already there), failed with their one-line errors.
+
+    ``interrupted``: what stopped the batch (Ctrl-C's ``KeyboardInterrupt``, SIGTERM's
+    :class:`~dgno.interrupts.Terminated`), None when it ran to its end; ``unfinished``: the file it was
+    restoring then, which was not written.
+    """
 
     output_dir: Path
     restored: list[Path] = field(default_factory=list)
     skipped: list[Path] = field(default_factory=list)
     failed: list[tuple[Path, str]] = field(default_factory=list)
     parts: list[Path] = field(default_factory=list)  # files holding planes of another file's image (restored with it)
-    hidden: int = 0
+    ignored: Ignored = field(default_factory=Ignored)
     seconds: float = 0.0
-    interrupted: bool = False
+    interrupted: KeyboardInterrupt | None = None
+    unfinished: Path | None = None
 
     @property
     def total(self) -> int:
         return len(self.restored) + len(self.skipped) + len(self.failed) + len(self.parts)
 
     def line(self) -> str:
-        hidden = f" ({self.hidden} hidden file(s) ignored)" if self.hidden else ""
-        hidden += f" ({len(self.parts)} file(s) read as part of another image)" if self.parts else ""
-        stop = ", interrupted" if self.interrupted else ""
+        notes = [text for text in (self.ignored.text(), f"{len(self.parts)} file(s) read as part of another image" if self.parts else "") if text]
+        stop = f", interrupted ({signal_name(self.interrupted)})" if self.interrupted else ""
         return (
             f"deblur: {len(self.restored)} restored, {len(self.skipped)} skipped (output already there), "
-            f"{len(self.failed)} failed in {self.seconds:.1f} s{stop}; outputs in {self.output_dir}{hidden}"
+            f"{len(self.failed)} failed in {self.seconds:.1f} s{stop}; outputs in {self.output_dir}{''.join(f'; {n}' for n in notes)}"
+        )
+
+    def resume_line(self, *, skip_existing: bool) -> str:
+        """What a stopped batch leaves and how to go on: which outputs are complete, which file was not written, the rerun."""
+        names = ", ".join(p.name for p in self.restored[:5]) + (f" and {len(self.restored) - 5} more" if len(self.restored) > 5 else "")
+        done = f"{len(self.restored)} file(s) restored by this run are complete ({names})" if self.restored else "no file was restored by this run"
+        left = f"; {self.unfinished} was not finished and nothing of it was written" if self.unfinished else ""
+        again = "run the same command again" + ("" if skip_existing else " with --skip-existing")
+        return (
+            f"stopped by {signal_name(self.interrupted)}: {done}{left}. Every file in {self.output_dir} is whole (outputs are written whole or not at all). "
+            f"To go on, {again}: it restores only the inputs whose output is not there yet"
         )
 
 
 def check_options(options: DeblurOptions) -> DeblurOptions:
     """Every option checked before the first image (InputError naming the option); threads and axes resolved."""
-    preflight.check_tiling(tile=options.tile, overlap=options.overlap, tile_batch=options.tile_batch)
-    preflight.check_positive("--max-memory", options.max_memory_gb)
-    if options.channel is not None and options.channel < 0:
-        raise InputError(f"--channel {options.channel}: channels are numbered from 0. Fix: --channel 0 for the first")
+    threads, axes = preflight.check_image_options(tile=options.tile, overlap=options.overlap, tile_batch=options.tile_batch, threads=options.threads,
+                                                  max_memory_gb=options.max_memory_gb, channel=options.channel, axes=options.axes)  # fmt: skip
     if options.blend not in BLENDS:
         raise InputError(f"--blend {options.blend}: allowed: {', '.join(BLENDS)}. Fix: leave it out for the default")
     if options.normalise is not None and options.normalise not in normalisation.NORMALISATIONS:
         raise InputError(f"--normalise {options.normalise}: allowed: {', '.join(normalisation.NORMALISATIONS)}. Fix: leave it out to use the model's own")
-    return replace(options, threads=preflight.check_threads(options.threads), axes=check_axes_option(options.axes))
-
-
-def expand_inputs(inputs: Sequence[str | Path]) -> tuple[list[Path], list[tuple[Path, str]], int, list[str]]:
-    """(image files, failures, hidden files skipped, notes): folders expand to their images, each file once.
-
-    A file reached twice (named twice, or through a link) is restored once, with a note; a broken
-    link in a folder is that link's failure.
-    """
-    files: list[Path] = []
-    failures: list[tuple[Path, str]] = []
-    hidden = 0
-    for raw in inputs:
-        path = Path(raw)
-        if path.is_dir():
-            found, skipped = visible_files(path)
-            hidden += len(skipped)
-            files += found
-            failures += [(link, f"{link}: a link to {link.readlink()}, which does not exist. Fix: remove the link or restore its target") for link in _broken_links(path)]
-            if not found:
-                failures.append((path, f"{path}: a folder without images ({', '.join(IMAGE_SUFFIXES)}). Fix: pass the folder that holds the images, or the files"))
-        elif not path.exists():
-            failures.append((path, f"{path}: file does not exist. Fix: check the path"))
-        else:
-            files.append(path)
-    first: dict[Path, Path] = {}
-    unique, notes = [], []
-    for p in files:
-        key = p.resolve()
-        if key in first:
-            if p != first[key]:
-                notes.append(f"note: {p}: the same file as {first[key]}; restored once")
-            continue
-        first[key] = p
-        unique.append(p)
-    return unique, failures, hidden, notes
-
-
-def _broken_links(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_symlink() and not p.exists() and p.suffix.lower() in IMAGE_SUFFIXES)
-
-
-def output_paths(inputs: Sequence[Path], output_dir: Path) -> tuple[dict[Path, Path], list[tuple[Path, str]]]:
-    """({input: output_dir/<name>}, refusals): never an output onto an input file, never two inputs onto one output.
-
-    An output folder that is the input folder would replace ``a.tif`` by its restoration, and two
-    folders may both hold an ``a.tif``: those inputs are refused, by name, before any work. A PNG or
-    JPEG input claims its converted name too (:func:`converted_name`), which it is written under when
-    its pixel type needs TIFF.
-    """
-    resolved_inputs = {p.resolve(): p for p in inputs}
-    targets: dict[Path, Path] = {}
-    claimed: dict[Path, Path] = {}
-    refusals = []
-    for path in inputs:
-        out = output_dir / path.name
-        names = [out, *([output_dir / converted_name(path)] if may_convert(path) else [])]
-        keys = [n.resolve() for n in names]
-        overwritten = next((k for k in keys if k in resolved_inputs), None)
-        taken = next((k for k in keys if k in claimed), None)
-        if overwritten is not None:
-            refusals.append((path, f"{path}: its output {out} would overwrite the input file {resolved_inputs[overwritten]}. Fix: choose another --output folder"))
-        elif taken is not None:
-            refusals.append((path, f"{path}: its output {taken} is also the output of {claimed[taken]} (same name). Fix: rename one of them or restore them separately"))
-        else:
-            claimed |= dict.fromkeys(keys, path)
-            targets[path] = out
-    return targets, refusals
-
-
-def _written_before(path: Path, target: Path) -> bool:
-    """Whether ``path``'s output is already in the output folder, under its own or its converted name (a file, not a folder)."""
-    return target.is_file() or (may_convert(path) and target.with_name(converted_name(path)).is_file())
+    return replace(options, threads=threads, axes=axes)
 
 
 def failure_line(path: Path, target: Path, exc: BaseException) -> str:
@@ -195,6 +139,8 @@ def failure_line(path: Path, target: Path, exc: BaseException) -> str:
         return message if str(path) in message else f"{path}: {message}"
     if memory.is_out_of_memory(exc):
         return f"{path}: out of memory even with the smallest tiles. Fix: --tile-batch 1, a smaller --max-memory, or close other programs"
+    if isinstance(exc, OSError) and exc.errno in preflight.DISK_FULL:
+        return f"{path}: cannot write {target}: disk full ({exc.strerror}). Fix: free space on the disk of {target.parent} (or choose another --output), then rerun with --skip-existing"
     if isinstance(exc, OSError):  # reading errors are InputErrors: an OSError here is the write (or its rename)
         return f"{path}: cannot write {target} ({exc.strerror or exc}). Fix: check the permissions of and free space on {target.parent}, and that {target.name} is not a folder"
     first = str(exc).splitlines()[0] if str(exc) else ""
@@ -276,13 +222,9 @@ class _Run:
     report: Report
 
 
-def _bars(options: DeblurOptions) -> bool:
-    """Progress bars only on a terminal: in a log file or a pipe their redraws would break into the error and note lines."""
-    return options.progress and sys.stderr.isatty()
-
-
 def _tile_bar(run: _Run, path: Path, total: int):
-    return tqdm(total=total, desc=path.name, unit="pass", leave=False, disable=not _bars(run.options) or total < 2, file=sys.stderr, delay=PROGRESS_DELAY_S)
+    """The passes of one file's network: a bar on a terminal, a line now and then in a log (``dgno.progress``)."""
+    return progress.bar(total=total, desc=path.name, unit="pass", enabled=run.options.progress and total > 1, leave=False, delay=PROGRESS_DELAY_S)
 
 
 def _restore_planes(run: _Run, path: Path, planes: np.ndarray, layout: Layout, significant_bits: int | None) -> np.ndarray:
@@ -369,7 +311,7 @@ def _settle(checkpoint: str | Path, options: DeblurOptions, device: torch.device
 
 def _pending(inputs: Sequence[str | Path], output_dir: Path, options: DeblurOptions, summary: BatchSummary, report: Report) -> dict[Path, Path]:
     """{input: output} still to restore; missing inputs, clashes and (with skip_existing) finished ones are counted."""
-    files, failures, summary.hidden, notes = expand_inputs(inputs)
+    files, failures, summary.ignored, notes = expand_inputs(inputs)
     for note in notes:
         report(note)
     targets, refusals = output_paths(files, output_dir)
@@ -377,7 +319,7 @@ def _pending(inputs: Sequence[str | Path], output_dir: Path, options: DeblurOpti
         summary.failed.append((path, message))
         report(f"error: {message}")
     if options.skip_existing:
-        summary.skipped = [p for p, out in targets.items() if _written_before(p, out)]
+        summary.skipped = [p for p, out in targets.items() if written_before(p, out)]
         targets = {p: out for p, out in targets.items() if p not in summary.skipped}
     return targets
 
@@ -385,21 +327,26 @@ def _pending(inputs: Sequence[str | Path], output_dir: Path, options: DeblurOpti
 def deblur_batch(inputs: Sequence[str | Path], output_dir: str | Path, *, checkpoint: str | Path, device: str = "auto", options: DeblurOptions = DeblurOptions(), report: Report = report_to_stderr) -> BatchSummary:
     """Restore every input (files and folders) into ``output_dir``; one file's failure never stops the rest.
 
-    Raises InputError only before the first image (options, device, output folder, model file).
-    Ctrl-C stops the batch at once; the file being restored is not written (outputs are written whole
-    or not at all) and the summary says ``interrupted``.
+    Raises InputError only before the first image (options, device, output folder, model file); the
+    output folder is created only once the model has loaded, so a model that fails leaves nothing behind.
+    Ctrl-C, or SIGTERM under ``dgno`` (``dgno.interrupts``), stops the batch at once; the file being
+    restored is not written (outputs are written whole or not at all) and the summary says what stopped
+    it and which file was left (:meth:`BatchSummary.resume_line`).
     """
     start = time.perf_counter()
     options = check_options(options)
     dev = preflight.check_device(device)
-    output_dir = preflight.prepare_output_dir(output_dir)
+    output_dir = preflight.check_output_dir(output_dir)
     threads_before = torch.get_num_threads()
     preflight.use_threads(options.threads)
     summary = BatchSummary(output_dir)
     try:
         run = _settle(checkpoint, options, dev, report)
+        preflight.prepare_output_dir(output_dir)
         targets = _pending(inputs, output_dir, options, summary, report)
-        for path, target in tqdm(targets.items(), desc="deblur", unit="image", disable=not _bars(options) or len(targets) < 2, file=sys.stderr, delay=PROGRESS_DELAY_S):
+        images = progress.bar(targets.items(), desc="deblur", unit="image", enabled=options.progress and len(targets) > 1, delay=PROGRESS_DELAY_S)
+        for path, target in images:
+            summary.unfinished = path
             try:
                 summary.restored.append(restore_file(run, path, target))
             except PartOfAnotherImage as exc:
@@ -408,8 +355,9 @@ def deblur_batch(inputs: Sequence[str | Path], output_dir: str | Path, *, checkp
             except Exception as exc:  # noqa: BLE001 - any failure of one file is that file's error line
                 summary.failed.append((path, failure_line(path, target, exc)))
                 report(f"error: {summary.failed[-1][1]}")
-    except KeyboardInterrupt:
-        summary.interrupted = True
+            summary.unfinished = None
+    except KeyboardInterrupt as exc:
+        summary.interrupted = exc
     finally:
         torch.set_num_threads(threads_before)
         summary.seconds = time.perf_counter() - start

@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from tqdm import tqdm
 
 from dgno import metric_spec, provenance
 from dgno.checkpoint import load_evaluated, pick_device
@@ -25,6 +24,7 @@ from dgno.inference.gumbel import routing_hook
 from dgno.inference.pipeline import timed_pipeline
 from dgno.inference.tiling import tiled_apply
 from dgno.io import InputError, read_image, write_csv, write_json, write_tiff
+from dgno.progress import bar as progress_bar
 
 Restorer = Callable[[np.ndarray], np.ndarray]
 
@@ -48,7 +48,7 @@ def model_restorer(
 
     ``tile_batch`` tiles go through the network together; ``cuda_graphs`` replays the forward
     pass from CUDA graphs and ``bf16`` runs it under bfloat16 autocast (``dgno.inference.cuda_graphs``).
-    The restorer's ``progress`` (optional) wraps the iteration over the network's calls (a tqdm bar).
+    The restorer's ``progress`` (optional) wraps the iteration over the network's calls (a progress bar, ``dgno.progress``).
     """
     forward = forward_fn(model, device, cuda_graphs=cuda_graphs, bf16=bf16)
 
@@ -175,7 +175,7 @@ def score_dataset(
     out_dir = Path(out_dir)
     pairs = load_pairs(data_dir, split="test", levels=[level], ids=level_test_ids(data_dir, level), min_size=min_size)
     stages = _ScoringStages(restore, out_dir, Path(data_dir) / "blur" / level, method=method, with_lpips=with_lpips, save_restored=save_restored, precomputed=precomputed, before_image=before_image)
-    bar = partial(tqdm, total=len(pairs), desc=f"evaluate {method} {level}", disable=not progress)
+    bar = partial(progress_bar, total=len(pairs), desc=f"evaluate {method} {level}", unit="image", enabled=progress)
     runtime = timed_pipeline(pairs, stages.load, stages.compute, stages.finish, overlap=overlap_io, device=device or torch.device("cpu"), progress=bar)
     rows, lpips_source = stages.rows, stages.lpips_source
     frame = pd.DataFrame(rows)

@@ -88,7 +88,7 @@ def load_network(
         raise InputError(f"--normalise {normalise}: allowed: {', '.join(normalisation.NORMALISATIONS)}. Fix: leave it out to use the model's own")
     dev = preflight.check_device(device)
     preflight.use_threads(preflight.check_threads(threads))
-    preflight.check_tiling(tile=tile, overlap=overlap or 0, tile_batch=tile_batch)  # what was given, before any download
+    preflight.check_tiling(tile=tile, overlap=overlap, tile_batch=tile_batch)  # what was given, before any download
     how = released.released(authors, options=options) if authors else released.local(checkpoint, options=options)
     model, blob = load_trained(how.model, dev)
     tile, overlap = tile or how.tile or 512, how.overlap if overlap is None else overlap

@@ -15,7 +15,6 @@ Files written into ``output_dir`` for a slide ``<name>.<ext>`` (:func:`output_fi
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import math
@@ -27,16 +26,18 @@ from pathlib import Path
 
 import numpy as np
 import openslide
-from tqdm import tqdm
 
 from dgno import provenance
 from dgno.choices import check_choice
 from dgno.inference.normalisation import Scaling
+from dgno.inference.preflight import DISK_FULL
 from dgno.io import InputError, write_csv, write_json
+from dgno.progress import bar as progress_bar
 from dgno.slides import focus as fm
 from dgno.slides.grid import TileGrid
 from dgno.slides.inputs import slide_name
 from dgno.slides.network import SlideNetwork, network_channels, restore_batch, slide_scaling
+from dgno.slides.options import check_numbers
 from dgno.slides.pictures import before_after, display, focus_map, stretch
 from dgno.slides.pyramid import COMPRESSIONS, OutputLayout
 from dgno.slides.reader import Slide, SlideInfo, TiffSlide, open_slide
@@ -64,7 +65,7 @@ def output_files(path: Path, output_dir: Path) -> OutputFiles:
 
 
 def choose_level(info: SlideInfo, *, level: int | None, mpp: float | None) -> int:
-    """``level`` as given, else the level whose µm/px is nearest ``mpp`` (log scale), else 0."""
+    """``level`` as given, else the level whose µm/px is nearest ``mpp`` (log scale, a positive ``mpp``: :func:`check_numbers`), else 0."""
     if level is not None and mpp is not None:
         raise InputError(f"{info.path}: both --level and --mpp given. Fix: pass only one of them")
     if level is not None:
@@ -73,8 +74,6 @@ def choose_level(info: SlideInfo, *, level: int | None, mpp: float | None) -> in
         return level
     if mpp is None:
         return 0
-    if not (math.isfinite(mpp) and mpp > 0):
-        raise InputError(f"--mpp {mpp}: must be a pixel size in µm, greater than 0. Fix: e.g. --mpp 0.5 for about 20× magnification")
     if info.mpp is None:
         raise InputError(f"{info.path}: the slide does not record its pixel size, so --mpp {mpp} cannot pick a level. Fix: pass --level N instead")
     return min(range(len(info.levels)), key=lambda k: abs(math.log(info.level_mpp(k)[0] / mpp)))
@@ -94,7 +93,7 @@ def _analysis(slide: Slide, level: int, grid: TileGrid, work: WorkFolder, *, cha
         return saved["tissue"], saved["scores"], thumb, mask
     tissue = fm.tissue_fractions(mask, thumb, grid)
     n = int((tissue > 0).sum())
-    bar = (lambda it: tqdm(it, total=n, unit="tile", desc=f"focus {info.path.name}")) if progress else None
+    bar = (lambda it: progress_bar(it, total=n, unit="tile", desc=f"focus {info.path.name}")) if progress else None
     scores = fm.focus_scores(slide, level, grid, tissue > 0, channel=channel, rule=rule, downsample=focus_downsample, workers=workers, progress=bar)
     work.save_analysis(key, {"tissue": tissue, "scores": scores})
     return tissue, scores, thumb, mask
@@ -154,19 +153,6 @@ def _title(info: SlideInfo, d: fm.Decisions, network: SlideNetwork) -> str:
     return f"{info.path.name}: {int(d.restored.sum())} of {tissue} tissue tiles restored by {network.name} ({d.rule})"
 
 
-def _check_numbers(*, margin: float, min_tissue: float, focus_downsample: int, threshold: float | None) -> None:
-    """The numeric options, refused with the option's name before any work."""
-    bad = [
-        (not (math.isfinite(margin) and margin >= 0), f"--focus-margin {margin}: must be a number >= 0"),
-        (not 0 <= min_tissue <= 1, f"--min-tissue {min_tissue}: must be a share between 0 and 1"),
-        (int(focus_downsample) != focus_downsample or focus_downsample < 1, f"--focus-downsample {focus_downsample}: must be a whole number >= 1"),
-        (threshold is not None and not 0 <= threshold <= 1, f"--threshold {threshold}: must be a focus score between 0 (sharp) and 1 (blurred)"),
-    ]
-    for wrong, message in bad:
-        if wrong:
-            raise InputError(f"{message}. Fix: see dgno deblur-slide --help")
-
-
 def restore_slide(
     path: str | Path,
     output_dir: str | Path,
@@ -198,7 +184,7 @@ def restore_slide(
     """
     check_choice("compression", compression, COMPRESSIONS)
     check_choice("restore", restore, fm.RESTORE_MODES)
-    _check_numbers(margin=margin, min_tissue=min_tissue, focus_downsample=focus_downsample, threshold=threshold)
+    check_numbers(margin=margin, min_tissue=min_tissue, focus_downsample=focus_downsample, threshold=threshold, mpp=mpp)
     path, output_dir = Path(path), Path(output_dir)
     files = output_files(path, output_dir)
     if files.slide.exists() and not overwrite:  # a dry run too: its tiles.csv, focus map and summary would contradict the slide
@@ -211,8 +197,8 @@ def restore_slide(
                         focus_downsample=focus_downsample, compression=compression, dry_run=dry_run, workers=workers, progress=progress)  # fmt: skip
             return _restore(slide, files, network, opts)
     except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise InputError(f"{path}: no space left on the disk of {output_dir} ({exc.strerror}). Fix: free space (the output needs about as much as the slide, and its work folder as much again) or choose another --output; finished tiles are kept in {files.work} and a rerun resumes") from exc
+        if exc.errno in DISK_FULL:
+            raise InputError(f"{path}: disk full (no space left on the disk of {output_dir}: {exc.strerror}). Fix: free space (the output needs about as much as the slide, and its work folder as much again) or choose another --output; finished tiles are kept in {files.work} and a rerun resumes") from exc
         raise
 
 

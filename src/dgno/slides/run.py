@@ -9,9 +9,9 @@ The writer walks the output in its own order (512-px tiles, channel by channel, 
 blends every restored tile it meets from the batches on disk (a few kept in memory), so neither the
 network's tiles nor the output are ever held whole. A SIGTERM or SIGINT (SLURM's time limit, Ctrl-C)
 stops the run at the next batch with :class:`SlideInterrupted`; the batches already on disk are kept for
-the next run (``dgno.slides.work``). Progress: a bar of the restored tiles (tiles/s, time left), then one
-of the output tiles written, for the writer's tail (the rest of level 0 and the reduced levels) after
-the network's last batch.
+the next run (``dgno.slides.work``). Progress (``dgno.progress``: a bar on a terminal, lines in a log):
+the restored tiles (tiles/s, time left), then the output tiles written, for the writer's tail (the rest
+of level 0 and the reduced levels) after the network's last batch.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm import tqdm
 
+from dgno import progress
 from dgno.inference.normalisation import Scaling
 from dgno.inference.pipeline import run_pipeline
 from dgno.slides.grid import Blender, TileGrid
@@ -40,7 +40,23 @@ CHUNKS_KEPT = 8  # restored batches the writer keeps in memory (a row of output 
 
 
 class SlideInterrupted(RuntimeError):
-    """The run was stopped by a signal; its finished batches are on disk and a rerun resumes."""
+    """The run was stopped by a signal; its finished batches are on disk and a rerun resumes.
+
+    ``status``: the exit status a shell gives a process that signal ended (143 for SIGTERM, 130 for Ctrl-C).
+    """
+
+    def __init__(self, message: str, signum: int = signal.SIGTERM) -> None:
+        super().__init__(message)
+        self.status = 128 + int(signum)
+
+
+class Signalled(threading.Event):
+    """Set by SIGTERM or SIGINT (:func:`stop_on_signals`), remembering which."""
+
+    signum: int = signal.SIGTERM
+
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
 
 
 @dataclass
@@ -68,14 +84,19 @@ class RunPlan:
 
 
 @contextlib.contextmanager
-def stop_on_signals(stop: threading.Event) -> Iterator[None]:
+def stop_on_signals(stop: Signalled) -> Iterator[None]:
     """SIGTERM and SIGINT set ``stop`` instead of ending the process (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+
+    def handler(signum, frame) -> None:
+        stop.signum = signum
+        stop.set()
+
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     for s in previous:
-        signal.signal(s, lambda signum, frame: stop.set())
+        signal.signal(s, handler)
     try:
         yield
     finally:
@@ -145,16 +166,19 @@ def _read_batch(plan: RunPlan, k: int) -> np.ndarray:
     return np.stack([plan.slide.read(plan.level, *g.box(r, c), plan.channels) for r, c in plan.batches[k]])
 
 
-def _finish_writing(plan: RunPlan, writer: _Writer, signalled: threading.Event) -> None:
+def _finish_writing(plan: RunPlan, writer: _Writer, signalled: Signalled) -> None:
     """Wait for the writer's tail (the rest of level 0 and the reduced levels, after the network is done),
-    with a bar of the output tiles written; a signal stops the wait with :class:`SlideInterrupted`."""
+    with the progress of the output tiles written; a signal stops the wait with :class:`SlideInterrupted`."""
     total = tile_count(plan.layout)
-    with tqdm(total=total, initial=min(writer.written, total), unit="tile", desc=f"write {plan.slide.info.path.name}", disable=not plan.progress) as bar:
+    shown = min(writer.written, total)
+    with progress.bar(total=total, initial=shown, unit="tile", desc=f"write {plan.slide.info.path.name}", enabled=plan.progress) as bar:
         while writer.is_alive():
             writer.join(timeout=0.2)
-            bar.update(min(writer.written, total) - bar.n)
+            now = min(writer.written, total)
+            bar.update(now - shown)
+            shown = now
             if signalled.is_set():
-                raise SlideInterrupted(f"stopped by a signal while writing, after all {len(plan.restored)} tiles were restored")
+                raise SlideInterrupted(f"stopped by a signal ({signalled.name()}) while writing, after all {len(plan.restored)} tiles were restored", signalled.signum)
 
 
 def run_restoration(plan: RunPlan) -> dict:
@@ -165,11 +189,11 @@ def run_restoration(plan: RunPlan) -> dict:
     """
     batches = plan.batches
     reused = plan.work.start_run({"key": plan.key, "batches": len(batches)}, len(batches))
-    stop, signalled = threading.Event(), threading.Event()
+    stop, signalled = threading.Event(), Signalled()
     writer = _Writer(plan, stop)
     network_seconds = [0.0]
     done_tiles = sum(len(b) for k, b in enumerate(batches) if plan.work.is_done(k))
-    bar = tqdm(total=len(plan.restored), initial=done_tiles, unit="tile", desc=f"restore {plan.slide.info.path.name}", disable=not plan.progress, smoothing=0.1)
+    bar = progress.bar(total=len(plan.restored), initial=done_tiles, unit="tile", desc=f"restore {plan.slide.info.path.name}", enabled=plan.progress, smoothing=0.1)
 
     def compute(k: int, tiles: np.ndarray) -> np.ndarray:
         if signalled.is_set():
@@ -200,7 +224,7 @@ def run_restoration(plan: RunPlan) -> dict:
         if str(exc) != STOPPED:
             raise
         saved = sum(len(b) for k, b in enumerate(batches) if plan.work.is_done(k))
-        raise SlideInterrupted(f"stopped by a signal after {saved} of {len(plan.restored)} tiles") from None
+        raise SlideInterrupted(f"stopped by a signal ({signalled.name()}) after {saved} of {len(plan.restored)} tiles", signalled.signum) from None
     finally:
         stop.set()
         writer.join()

@@ -105,6 +105,10 @@ class WorkFolder:
 
     # --- restored batches -------------------------------------------------------------------------
 
+    def holds_tiles(self) -> bool:
+        """Whether restored batches are on disk, which a rerun of the same command reuses."""
+        return any(p.stem.isdigit() for p in self.chunks.glob("*.npy"))
+
     def start_run(self, key: dict, n_chunks: int) -> int:
         """Open the run under ``key``: keep its finished batches (cleared if the key changed); how many are done."""
         self.root.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,7 @@ from dgno.io import InputError, atomic_path
 from dgno.models.outputs import as_outputs
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import build_model
+from dgno.progress import bar as progress_bar
 from dgno.train.batches import BatchStream, cut_batch, val_batches
 from dgno.train.distributed import Ranks, agree, barrier, gather, leave_distributed, setup_distributed, sync_buffers
 from dgno.train.launch import check_batches
@@ -255,7 +256,7 @@ def _loop(run: _Run, start: int, *, desc: str, progress: bool, install_signal_ha
     log_fh = run.metrics_path.open("a", newline="") if ranks.main else None
     log = csv.writer(log_fh) if log_fh else None
     t0 = time.perf_counter()
-    bar = tqdm(range(start, cfg.iterations), initial=start, total=cfg.iterations, desc=desc, disable=not progress, mininterval=1.0)
+    bar = progress_bar(range(start, cfg.iterations), initial=start, total=cfg.iterations, desc=desc, unit="step", enabled=progress, mininterval=1.0)
     # Started after the resume, so that it cuts from the restored sampler state; closed in finally.
     batches = BatchStream(run.sampler, depth=cfg.prefetch, pin_device=run.device if run.device.type == "cuda" else None)
     try:
