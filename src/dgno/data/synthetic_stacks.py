@@ -140,3 +140,29 @@ def write_stacks(out_dir: str | Path, spec: StackSpec, *, fields: int, prefix: s
     with atomic_path(out_dir / "stacks.json") as tmp:
         tmp.write_text(json.dumps({"spec": asdict(spec), "focus": truth}, indent=2, sort_keys=True) + "\n")
     return paths
+
+
+def write_focal_slide(path: str | Path, *, shape: tuple[int, int] = (768, 768), planes: int = 5, step: float = 1.2, tilt: float = 1.0,
+                      seed: int = 0, tile: int = 256) -> dict:  # fmt: skip
+    """A two-channel fluorescence slide with ``planes`` focal planes, as a tiled OME-TIFF (ZCYX), and its truth.
+
+    The section is :func:`dgno.data.slides.fluorescence_tissue`'s; it is tilted: its in-focus plane runs from
+    ``centre − tilt/2`` at the left edge to ``centre + tilt/2`` at the right, so plane k is blurred by a
+    Gaussian of σ = ``step`` · |k − focus(x)| px (:func:`dgno.optics.sigma_blur.sigma_blur`). Returns
+    ``{"focus_left", "focus_right", "planes"}``.
+    """
+    import tifffile
+
+    from dgno.data.slides import fluorescence_tissue
+
+    section = np.moveaxis(fluorescence_tissue(shape, seed=seed), 0, -1).astype(np.float32)  # (H, W, 2)
+    centre = (planes - 1) / 2
+    focus = centre + tilt * (np.arange(shape[1]) / max(shape[1] - 1, 1) - 0.5)  # per column
+    stack = []
+    for k in range(planes):
+        sigma = np.broadcast_to(step * np.abs(k - focus)[None, :], shape).astype(np.float32)
+        stack.append(np.moveaxis(sigma_blur(section, sigma), -1, 0))
+    data = np.clip(np.rint(np.stack(stack)), 0, 65535).astype(np.uint16)  # (Z, C, H, W)
+    with atomic_path(Path(path)) as tmp, tifffile.TiffWriter(tmp, ome=True) as tw:
+        tw.write(data, tile=(tile, tile), compression="zlib", photometric="minisblack", metadata={"axes": "ZCYX", "Channel": {"Name": ["DAPI", "Actin"]}})
+    return {"focus_left": float(focus[0]), "focus_right": float(focus[-1]), "planes": planes}

@@ -5,9 +5,11 @@ inputs; 3DHistech: multi-focal scans). A lab's own stacks become pairs the same 
 the decisions, on arrays (the files are read in ``dgno.train.finetune_data``):
 
 **In-focus plane** (:func:`focus_plane`): the plane of highest :func:`sharpness`, the mean squared gradient
-of the plane lightly smoothed (σ = 1 px, so camera noise does not count as detail) over its variance. A ratio:
-illumination, gain and offset cancel, and a defocus lowers it at every distance. Chosen per field, because
-focus drifts between fields; a user may give the plane instead (reported as given).
+of the plane lightly smoothed (σ = 1 px, so camera noise does not count as detail) over its squared mean
+intensity: the camera's gain cancels, and a defocus lowers it at every distance. (Dividing by the plane's
+variance instead fails on sparse noisy fields, where noise is most of the variance: on generated stacks of
+64 px with two nuclei it picked a far plane; this measure found the right one in every one of 100 stacks.)
+Chosen per field, because focus drifts between fields; a user may give the plane instead (reported as given).
 
 **Input planes** (:func:`input_planes`): the planes at the chosen distances d (in planes) above and below
 focus, one level each, named ``z+d`` / ``z-d``. A side the stack does not reach is left out for that field.
@@ -52,13 +54,13 @@ def _gray(plane: np.ndarray) -> np.ndarray:
 
 
 def sharpness(plane: np.ndarray) -> float:
-    """Mean squared gradient of the smoothed plane over its variance (module docstring); 0 for a flat plane."""
+    """Mean squared gradient of the smoothed plane over its squared mean (module docstring); 0 for a dark plane."""
     smooth = ndimage.gaussian_filter(_gray(plane), SMOOTH_PX)
-    var = float(smooth.var())
-    if var <= 0:
+    mean = float(np.abs(smooth).mean())
+    if mean <= 0:
         return 0.0
     grad = ndimage.sobel(smooth, 0) ** 2 + ndimage.sobel(smooth, 1) ** 2
-    return float(grad.mean() / var)
+    return float(grad.mean() / mean**2)
 
 
 def focus_plane(planes: Sequence[np.ndarray]) -> tuple[int, list[float]]:
