@@ -49,20 +49,19 @@ def test_input_planes_at_distances_on_both_sides_where_the_stack_reaches():
 
 def test_a_drift_between_planes_is_found_and_corrected_and_a_large_one_refused():
     stack, focus = render_stack(StackSpec(size=(96, 96), planes=5, blur="gaussian", seed=1, drift=1.5, focus_jitter=0), 0)
-    inputs = {"z+2": stack[focus + 2]}
+    inputs = {f"z{d:+d}": (d, stack[focus + d]) for d in (-2, -1, 1, 2)}
     aligned, record = zstacks.align("f.tif", stack[focus], inputs, max_shift=5)
-    dy, dx = record.shifts["z+2"]
-    assert abs(dy + 3.0) < 0.8 and abs(dx - 1.5) < 0.8  # the plane moved (+3, −1.5) px; the correction is the opposite
-    assert record.corrected["z+2"] and record.crop >= 3
-    before = np.abs(zstacks.plane_shift(stack[focus], aligned["z+2"])).max()
-    assert before < 0.8
-    with pytest.raises(InputError, match=r"^f.tif: plane z\+2 is shifted by .* px against the in-focus plane, more than the 2 px .*Fix: register the stack first"):
+    dy, dx = record.drift
+    assert -1.5 < dy < -0.7 and 0.35 < dx < 0.75  # each plane moved (+1.5, −0.75) px further; the correction is the opposite
+    assert record.corrected["z+2"] and record.crop >= 2
+    assert np.abs(zstacks.plane_shift(stack[focus], aligned["z+2"])).max() < np.abs(record.measured["z+2"]).max()
+    with pytest.raises(InputError, match=r"^f.tif: plane z-2 is shifted by .* px against the in-focus plane, more than the 2 px .*Fix: register the stack first"):
         zstacks.align("f.tif", stack[focus], inputs, max_shift=2)
 
 
 def test_small_shifts_are_left_alone():
     stack, focus = render_stack(StackSpec(size=(96, 96), planes=5, seed=2, focus_jitter=0), 0)
-    aligned, record = zstacks.align("f", stack[focus], {"z+1": stack[focus + 1]}, max_shift=5)
+    aligned, record = zstacks.align("f", stack[focus], {"z+1": (1, stack[focus + 1])}, max_shift=5)
     assert not record.corrected["z+1"] and record.crop == 0 and np.array_equal(aligned["z+1"], stack[focus + 1])
 
 
@@ -195,7 +194,7 @@ def test_unequal_pair_folders_name_the_unmatched_file(tmp_path):
 
 def test_unaligned_planes_name_the_stack(tmp_path):
     write_stacks(tmp_path / "drift", StackSpec(size=(64, 64), planes=5, seed=1, drift=6.0), fields=3)
-    with pytest.raises(InputError, match=r"field_000.tif: plane z.1 is shifted by .* Fix: register the stack first"):
+    with pytest.raises(InputError, match=r"drift/field_00\d.tif: plane z.1 is shifted by .* Fix: register the stack first"):
         prepare(Inputs(stacks=(str(tmp_path / "drift"),)), _prep(), tmp_path / "data", progress=False)
 
 

@@ -81,7 +81,8 @@ def _from_model_file(how: released.Restoration, source: dict[str, Any], normalis
     kind = normalise or how.normalise or normalisation.recorded(blob) or normalisation.UNRECORDED
     choice = ModelChoice(name=spec["name"], scale=spec["scale"], overrides=dict(spec.get("overrides", {})))
     tiles = {"tile": how.tile, "overlap": how.overlap, "blend": how.blend} if how.tile else dict(MODEL_TILES)
-    return Start(choice, StartWeights(blob["state_dict"], {**source, "model_file": str(how.model)}), kind, channels, how.model, tiles, how.name)
+    label = source.get("authors") or source.get("file") or how.name
+    return Start(choice, StartWeights(blob["state_dict"], {**source, "model_file": str(how.model)}), kind, channels, how.model, tiles, label)
 
 
 def start_from(*, authors: str | None = None, checkpoint: str | None = None, options: str | None = None, scratch: str | None = None,
@@ -193,7 +194,7 @@ def finetune(
     normalisation and channels are the start's); ``overrides``: :data:`RECIPE_KEYS`.
     """
     out_dir, dev = Path(out_dir), pick_device(device)
-    prep = Preparation(normalise=start.normalise, in_channels=start.channels, seed=seed, **(preparation or {}))
+    prep = Preparation(normalise=start.normalise, in_channels=start.channels, seed=seed, network=start.label, **(preparation or {}))
     data_dir = prepare(inputs, prep, out_dir / "data", progress=progress)
     cfg = recipe(trained=start.weights is not None, device=dev, smallest_side=_smallest_side(data_dir), seed=seed, overrides=overrides)
     t0 = time.perf_counter()

@@ -89,6 +89,7 @@ class Preparation:
     max_fields: int = 64  # slides: fields per slide at most
     min_tissue: float = 0.5  # slides: share of a field that must be tissue
     min_side: int = 32  # smallest plane side training can use
+    network: str = "the starting network"  # named when the data's channels do not fit it
 
     def __post_init__(self) -> None:
         check_choice("normalisation", self.normalise, normalisation.NORMALISATIONS)
@@ -118,7 +119,7 @@ def _safe(name: str) -> str:
 
 def _layout_planes(path: Path, data: np.ndarray, axes: str, names: tuple[str, ...], prep: Preparation, *, stack: bool) -> np.ndarray:
     """(N, H, W[, C]) planes of one stored image; a stack must have exactly one plane axis, a plane none."""
-    layout = resolve_layout(path, data.shape, prep.axes or axes, in_channels=prep.in_channels, strict_channels=True, channel=prep.channel, channel_names=names, model_name="the starting network")
+    layout = resolve_layout(path, data.shape, prep.axes or axes, in_channels=prep.in_channels, strict_channels=True, channel=prep.channel, channel_names=names, model_name=prep.network)
     planes, _ = to_planes(data, layout)
     plane_axes = layout.plane_axes()
     if stack and len(plane_axes) != 1:
@@ -289,14 +290,15 @@ def field_pairs(fld: Field, prep: Preparation) -> tuple[list[tuple[str, str, np.
     """([(pair id, level, blurred in [0, 1], sharp in [0, 1])], the field's record for fields.csv)."""
     if fld.target is not None:
         focus, scores, given = fld.target, [zstacks.sharpness(p) for p in fld.planes], True
-        levels = {"pair": 1 - fld.target}
+        levels = {"pair": 1 - fld.target}  # the blurred image, taken as one plane from focus
     else:
         focus, scores, given = _focus(fld, prep)
         levels = zstacks.input_planes(len(fld.planes), focus, prep.distances)
         if not levels:
             raise InputError(f"{fld.source}: no plane at distance(s) {list(prep.distances or [])} from its in-focus plane {focus} (planes 0 … {len(fld.planes) - 1}). Fix: choose distances the stack reaches")
     sharp = fld.planes[focus]
-    aligned, alignment = zstacks.align(fld.source, sharp.astype(np.float32), {lv: fld.planes[k].astype(np.float32) for lv, k in levels.items()}, max_shift=prep.max_shift)
+    inputs = {lv: (k - focus if fld.target is None else 1, fld.planes[k].astype(np.float32)) for lv, k in levels.items()}
+    aligned, alignment = zstacks.align(fld.source, sharp.astype(np.float32), inputs, max_shift=prep.max_shift)
     gt = _unit(sharp, zstacks.crop_border(sharp.astype(np.float32), alignment.crop), prep, fld.bits, fld.source)
     if min(gt.shape[:2]) < prep.min_side:
         raise InputError(f"{fld.source}: planes of {gt.shape[0]}×{gt.shape[1]} px (after cropping {alignment.crop} px of alignment); training needs at least {prep.min_side}×{prep.min_side}. Fix: give larger fields")
@@ -304,7 +306,8 @@ def field_pairs(fld: Field, prep: Preparation) -> tuple[list[tuple[str, str, np.
     record = {
         "field": fld.id, "source": fld.source, "unit": fld.unit, "planes": len(fld.planes), "focus_plane": focus,
         "focus": "given" if given else "measured", "sharpness": ";".join(f"{s:.4g}" for s in scores),
-        "levels": ";".join(levels), "shifts": json.dumps(alignment.shifts), "corrected": ";".join(lv for lv, c in alignment.corrected.items() if c),
+        "levels": ";".join(levels), "drift": json.dumps(alignment.drift), "shifts": json.dumps(alignment.shifts), "measured": json.dumps(alignment.measured),
+        "corrected": ";".join(lv for lv, c in alignment.corrected.items() if c),
         "crop": alignment.crop, "height": gt.shape[0], "width": gt.shape[1],
     }  # fmt: skip
     return pairs, record
