@@ -26,11 +26,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+import tifffile
+import torch
 from scipy import ndimage, signal
 
 from dgno.choices import check_choice
 from dgno.data import synth
+from dgno.data.slides import fluorescence_tissue
 from dgno.io import atomic_path
+from dgno.optics.aberrations import SeidelCoefficients
+from dgno.optics.seidel import seidel_psf, suggest_psf_size
 from dgno.optics.sigma_blur import random_sigma_map, sigma_blur
 
 BLURS = ("gaussian", "seidel")
@@ -78,11 +83,6 @@ def _field_seed(spec: StackSpec, index: int) -> np.random.SeedSequence:
 
 def _seidel_psf(spec: StackSpec, d: int, position: tuple[float, float]) -> np.ndarray:
     """The PSF (odd square, unit sum) of the Seidel model at signed distance d for a field at ``position``."""
-    import torch  # the PSF code is torch; the Gaussian model and the readers of generated stacks need none
-
-    from dgno.optics.aberrations import SeidelCoefficients
-    from dgno.optics.seidel import seidel_psf, suggest_psf_size
-
     coeffs = SeidelCoefficients(**spec.seidel, W020=spec.defocus_waves * d)
     size = min(suggest_psf_size(coeffs, max_field=1.0, oversampling=spec.oversampling), 2 * (min(spec.size) // 2) - 1)
     psf = seidel_psf(coeffs, torch.tensor(position, dtype=torch.float64), size=size, oversampling=spec.oversampling)
@@ -125,8 +125,6 @@ def render_stack(spec: StackSpec, index: int) -> tuple[np.ndarray, int]:
 def write_stacks(out_dir: str | Path, spec: StackSpec, *, fields: int, prefix: str = "field") -> list[Path]:
     """``fields`` stacks as ImageJ TIFFs (ZYX, 12-bit values in uint16) named ``<prefix>_<i>.tif``, and
     ``stacks.json`` beside them with the spec and every field's true in-focus plane (what a test checks)."""
-    import tifffile
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths, truth = [], {}
@@ -151,10 +149,6 @@ def write_focal_slide(path: str | Path, *, shape: tuple[int, int] = (768, 768), 
     Gaussian of σ = ``step`` · |k − focus(x)| px (:func:`dgno.optics.sigma_blur.sigma_blur`). Returns
     ``{"focus_left", "focus_right", "planes"}``.
     """
-    import tifffile
-
-    from dgno.data.slides import fluorescence_tissue
-
     section = np.moveaxis(fluorescence_tissue(shape, seed=seed), 0, -1).astype(np.float32)  # (H, W, 2)
     centre = (planes - 1) / 2
     focus = centre + tilt * (np.arange(shape[1]) / max(shape[1] - 1, 1) - 0.5)  # per column
