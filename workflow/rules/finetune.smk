@@ -1,25 +1,8 @@
 # Fine-tuning (target `finetune`, docs/finetune.md): one network tuned on the config's `finetune` block, your
 # own z-stacks, pairs or multi-plane slides, as `dgno finetune` tunes it, into results/finetune/. Generated
-# stacks (finetune.synthetic, the demo's and the tests') are written first. Logic: dgno.workflow.finetune.
+# stacks (finetune.synthetic, the demo's and the tests') are written first. What each job reads and gets:
+# dgno.workflow.finetune (plan.trained_model resolves a {method, dataset} start).
 from dgno.workflow import finetune as finetune_plan
-
-FINETUNE = finetune_plan.FILES
-
-
-def finetune_inputs(wildcards):
-    return finetune_plan.input_files(config, plan.trained_model)
-
-
-def finetune_job(wildcards):
-    return finetune_plan.job_settings(config)
-
-
-def finetune_start(wildcards, input):
-    return finetune_plan.start_settings(config, input.get("start"))
-
-
-def finetune_stack_settings(wildcards):
-    return finetune_plan.synthetic_settings(config)
 
 
 rule finetune_stacks:
@@ -33,7 +16,7 @@ rule finetune_stacks:
     resources:
         **resources_for("finetune_stacks"),
     params:
-        settings=finetune_stack_settings,
+        settings=lambda wc: finetune_plan.synthetic_settings(config),
     script:
         "../scripts/finetune_stacks.py"
 
@@ -41,12 +24,12 @@ rule finetune_stacks:
 # A job stopped by SLURM's time limit (or killed) keeps results/finetune/checkpoint.pt; the retry resumes.
 rule finetune:
     input:
-        unpack(finetune_inputs),
+        unpack(lambda wc: finetune_plan.input_files(config, plan.trained_model)),
     output:
-        model=FINETUNE["model"],
-        report=report(FINETUNE["report"], category="Fine-tuning"),
-        markdown=FINETUNE["markdown"],
-        summary=FINETUNE["summary"],
+        model=finetune_plan.FILES["model"],
+        report=report(finetune_plan.FILES["report"], category="Fine-tuning"),
+        markdown=finetune_plan.FILES["markdown"],
+        summary=finetune_plan.FILES["summary"],
     log:
         "results/logs/finetune/finetune.log",
     benchmark:
@@ -57,8 +40,8 @@ rule finetune:
     resources:
         **resources_for("finetune"),
     params:
-        job=finetune_job,
-        start=finetune_start,
+        job=lambda wc: finetune_plan.job_settings(config),
+        start=lambda wc, input: finetune_plan.start_settings(config, input.get("start")),
         device=config["device"],
         seed=config["seed"],
     script:
