@@ -155,7 +155,8 @@ def test_verdict_words():
     assert verdict(better, "start") == ("fine-tuned − starting network: +1.20 dB held-out PSNR [+0.80, +1.60] (95% interval over 8 held-out fields)", None)
     assert verdict(Interval(0.3, -0.1, 0.7, 0.95, "BCa", 8), "start")[1].startswith("CAUTION")
     assert verdict(Interval(0.3, float("nan"), float("nan"), 0.95, "none (fewer than 6 images)", 2), "start")[1].startswith("CAUTION")
-    assert verdict(Interval(-0.2, -0.5, 0.1, 0.95, "BCa", 8), "input")[1].startswith("WARNING: the fine-tuned network is not better than the input")
+    assert verdict(Interval(-0.2, -0.5, 0.1, 0.95, "BCa", 8), "start")[1].startswith("WARNING: the fine-tuned network is not better than the starting network")
+    assert verdict(Interval(-0.2, -0.5, 0.1, 0.95, "BCa", 8), "input")[1].startswith("WARNING: the fine-tuned network does not restore the held-out fields better than their blurred input")
 
 
 # --- the command -------------------------------------------------------------------------------------

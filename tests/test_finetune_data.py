@@ -221,3 +221,16 @@ def test_inputs_name_exactly_one_kind():
         Inputs(stacks=("a",), slides=("b",))
     with pytest.raises(InputError, match=r"distances \[0\]: give whole numbers of planes >= 1"):
         Preparation(normalise="minmax", distances=(0,))
+
+
+def test_slides_whose_channels_do_not_fit_the_network_are_named():
+    from dgno.train.finetune_data import _check_slide_channels
+
+    one, three = _prep(network="DGNO_BBBC006_w1_Cell"), _prep(in_channels=3, normalise="dtype", network="DGNO_3DHistech_Cell")
+    with pytest.raises(InputError, match=r"^he.svs: an RGB slide, but DGNO_BBBC006_w1_Cell restores one channel. Fix: start from a 3-channel network"):
+        _check_slide_channels(Path("he.svs"), 3, "rgb", one)
+    with pytest.raises(InputError, match=r"^f.ome.tif: 2 channel\(s\), but DGNO_3DHistech_Cell restores 3-channel images. Fix"):
+        _check_slide_channels(Path("f.ome.tif"), 2, "channels", three)
+    with pytest.raises(InputError, match=r"--channel 5, but the slide has 2 channel\(s\). Fix: --channel 0 … 1"):
+        _check_slide_channels(Path("f.ome.tif"), 2, "channels", _prep(channel=5))
+    _check_slide_channels(Path("he.svs"), 4, "rgba", three)  # alpha aside, RGB

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -75,15 +76,23 @@ def main() -> None:
     p.add_argument("--pretrain", type=int, default=2000, help="iterations of the start's training from scratch")
     p.add_argument("--fields", type=int, default=30, help="stacks of each fine-tuning set")
     p.add_argument("--out", default="benchmarks/results/finetune_cpu.json")
+    p.add_argument("--start", help="a start model.pt of an earlier run (its --save-start) instead of training one")
+    p.add_argument("--save-start", help="keep the trained start here, for a later --start")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     result: dict = {"threads": args.threads, "load_average_start": os.getloadavg(), "size": list(SIZE), "pretrain_iterations": args.pretrain, "fields": args.fields}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        scratch = start_from(scratch="dgno-cell", scale="demo")
-        pre, seconds = _run(_stacks(root, "pretrain", "gaussian", 10, PRETRAIN_FIELDS), root / "start", scratch, {"iterations": args.pretrain, "lr": 1e-3}, patience=0)
-        result["start"] = {"seconds": round(seconds, 1), "selection": pre["selection"]}
-        start = start_from(checkpoint=str(root / "start" / "model.pt"))
+        start_file = Path(args.start) if args.start else root / "start" / "model.pt"
+        if not args.start:
+            scratch = start_from(scratch="dgno-cell", scale="demo")
+            pre, seconds = _run(_stacks(root, "pretrain", "gaussian", 10, PRETRAIN_FIELDS), root / "start", scratch, {"iterations": args.pretrain, "lr": 1e-3}, patience=0)
+            result["start"] = {"seconds": round(seconds, 1), "selection": pre["selection"]}
+            if args.save_start:
+                shutil.copy(start_file, args.save_start)
+        else:
+            result["start"] = {"file": args.start, "selection": torch.load(start_file, map_location="cpu", weights_only=True).get("selection")}
+        start = start_from(checkpoint=str(start_file))
         for name, blur, seed in (("other_blur", "seidel", 20), ("own_blur", "gaussian", 30)):
             summary, seconds = _run(_stacks(root, name, blur, seed, args.fields), root / name, start, None, patience=6)
             result[name] = {"blur": blur, "wall_seconds": round(seconds, 1), "train_seconds": summary["train_seconds"], "recipe": summary["recipe"],

@@ -69,6 +69,8 @@ def verdict(diff: stats.Interval, base: str) -> tuple[str, str | None]:
         line += f" [{diff.low:+.2f}, {diff.high:+.2f}] ({diff.confidence:.0%} interval over {diff.n_images} held-out fields)"
     else:
         line += f" over {diff.n_images} held-out fields ({diff.method})"
+    if diff.estimate <= 0 and base == "input":
+        return line, "WARNING: the fine-tuned network does not restore the held-out fields better than their blurred input. Do not use it: give more fields, more iterations, or a trained starting network"
     if diff.estimate <= 0:
         return line, f"WARNING: the fine-tuned network is not better than the {what} on the held-out fields. Keep using the {what}, or give more fields or other distances"
     if diff.side() <= 0:

@@ -184,9 +184,8 @@ def stack_fields(paths: list[str], prep: Preparation) -> Iterator[Field]:
         path = Path(raw)
         if path.is_dir():
             files, _ = visible_files(path)
-            single = [f for f in files if f.suffix.lower() in (".tif", ".tiff") and _is_stack(f)]
-            if single:  # a folder of stack files
-                for f in single:
+            if any(f.suffix.lower() in (".tif", ".tiff") and _is_stack(f) for f in files):  # a folder of stack files (each must be one)
+                for f in files:
                     yield from _stack_file(f, prep)
             else:  # a folder of planes
                 yield _stack_folder(path, prep)
@@ -236,6 +235,17 @@ def _slide_planes(path: Path) -> int:
     return planes
 
 
+def _check_slide_channels(path: Path, channels: int, photometric: str, prep: Preparation) -> None:
+    """A one-channel network takes one fluorescence channel; a colour network a slide of as many channels."""
+    rgb = photometric in ("rgb", "rgba")
+    if prep.in_channels == 1 and rgb:
+        raise InputError(f"{path}: an RGB slide, but {prep.network} restores one channel. Fix: start from a 3-channel network (DGNO_3DHistech_Cell / _Face)")
+    if prep.in_channels > 1 and (channels - (photometric == "rgba")) != prep.in_channels:
+        raise InputError(f"{path}: {channels} channel(s), but {prep.network} restores {prep.in_channels}-channel images. Fix: start from a one-channel network and pass --channel N")
+    if prep.in_channels == 1 and prep.channel is not None and not 0 <= prep.channel < channels:
+        raise InputError(f"{path}: --channel {prep.channel}, but the slide has {channels} channel(s). Fix: --channel 0 … {channels - 1}")
+
+
 def slide_fields(paths: list[str], prep: Preparation) -> Iterator[Field]:
     """Squares of ``field_size`` px on tissue of each slide (up to ``max_fields`` per slide, spread by a seeded draw)."""
     by_slide = len(paths) >= SLIDE_SPLIT_FROM
@@ -245,8 +255,9 @@ def slide_fields(paths: list[str], prep: Preparation) -> Iterator[Field]:
         slides = [TiffSlide(path, plane=k) for k in range(n)]
         try:
             info = slides[0].info
+            _check_slide_channels(path, info.channels, info.photometric, prep)
             channel = prep.channel or 0
-            channels = None if prep.in_channels > 1 else (channel,)
+            channels = tuple(range(prep.in_channels)) if prep.in_channels > 1 else (channel,)
             thumb = thumbnail(slides[n // 2], 0, tile=prep.field_size)
             rule = tissue_rule(thumb, photometric=info.photometric, channel=channel, dtype=info.dtype)
             blocks = zstacks.tissue_blocks(tissue_mask(thumb, rule, photometric=info.photometric), block=prep.field_size, scale=thumb.scale, min_tissue=prep.min_tissue)
