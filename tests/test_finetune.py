@@ -82,6 +82,7 @@ def test_the_recipe_fits_the_data_and_the_device():
         recipe(trained=True, device=torch.device("cpu"), smallest_side=20, seed=1)
 
 
+@pytest.mark.slow
 def test_a_start_that_cannot_be_beaten_is_kept_and_the_report_warns(stacks, start_file, tmp_path):
     """With a learning rate of 1e-12 nothing beats the starting weights: model.pt holds them, bit for bit."""
     out = tmp_path / "run"
@@ -115,6 +116,7 @@ def test_training_stops_early_and_a_rerun_trains_anew(stacks, start_file, tmp_pa
     assert "already finished" in capsys.readouterr().out and (tmp_path / "checkpoint.stale-1.pt").exists()
 
 
+@pytest.mark.slow
 def test_resume_after_sigterm_is_exact_with_the_selection(stacks, start_file, tmp_path, monkeypatch):
     import dgno.train.loop as loop
 

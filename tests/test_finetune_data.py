@@ -149,6 +149,7 @@ def test_pairs_are_matched_by_name(tmp_path):
     assert sorted(pairs["id"]) == ["f0__pair", "f1__pair", "f2__pair"] and pairs["distance"].isna().all()
 
 
+@pytest.mark.slow
 def test_a_multi_plane_slide_is_cut_into_tissue_fields_each_with_its_own_focus(tmp_path):
     truth = write_focal_slide(tmp_path / "scan.ome.tif", shape=(512, 768), planes=5, tilt=2.0, seed=1)
     out = prepare(Inputs(slides=(str(tmp_path / "scan.ome.tif"),)), _prep(field_size=128, min_tissue=0.3, channel=0), tmp_path / "data", progress=False)
