@@ -7,8 +7,9 @@ Generated z-stacks (``dgno.data.synthetic_stacks``: nuclei fields, 7 planes, the
 field, camera noise on every plane), 128 × 128 px:
 
 1. **The start**: a demo-scale DGNO-Cell trained from scratch (``--pretrain`` iterations, learning rate
-   1e-3 as the demo's) on 40 stacks with the demo's Gaussian defocus, through the same ``finetune`` call
-   with ``--scratch``. Its time is recorded but is not fine-tuning time.
+   1e-3 and 64-px patches as the demo's) on 40 stacks with the demo's Gaussian defocus, through the same
+   ``finetune`` call with ``--scratch``. Its time is recorded but is not fine-tuning time (``--start`` reuses
+   the start of an earlier run, kept with ``--save-start``).
 2. **Other blur**: ``--fields`` stacks of new scenes blurred by the Seidel model (spherical aberration,
    astigmatism and coma on top of the defocus: blur that differs above and below focus, and is elongated),
    fine-tuned from the start at the default settings (``dgno finetune`` with no recipe option).
@@ -86,7 +87,7 @@ def main() -> None:
         start_file = Path(args.start) if args.start else root / "start" / "model.pt"
         if not args.start:
             scratch = start_from(scratch="dgno-cell", scale="demo")
-            pre, seconds = _run(_stacks(root, "pretrain", "gaussian", 10, PRETRAIN_FIELDS), root / "start", scratch, {"iterations": args.pretrain, "lr": 1e-3}, patience=0)
+            pre, seconds = _run(_stacks(root, "pretrain", "gaussian", 10, PRETRAIN_FIELDS), root / "start", scratch, {"iterations": args.pretrain, "lr": 1e-3, "patch_size": 64}, patience=0)
             result["start"] = {"seconds": round(seconds, 1), "selection": pre["selection"]}
             if args.save_start:
                 shutil.copy(start_file, args.save_start)
