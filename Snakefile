@@ -55,6 +55,7 @@ include: "workflow/rules/downstream.smk"
 include: "workflow/rules/deconv.smk"
 include: "workflow/rules/analysis.smk"
 include: "workflow/rules/slides.smk"
+include: "workflow/rules/finetune.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -185,6 +185,13 @@ def test_slide_choices_are_deblur_slides_and_the_generators():
     assert _enum("$defs", "synthetic_slide", "properties", "kind") == list(data_slides.KINDS) == list(data_slides.KIND_LAYOUT)
 
 
+def test_finetune_choices_are_the_fine_tunings_and_the_generators():
+    from dgno.data.synthetic_stacks import BLURS
+
+    assert _enum("properties", "finetune", "properties", "normalise") == [*normalisation.NORMALISATIONS, None]
+    assert _enum("properties", "finetune", "properties", "synthetic", "properties", "blur") == list(BLURS)
+
+
 def test_plane_rules_and_routings_are_the_codes():
     assert _enum(*DATASET, "plane_rule") == list(bbbc006_pairing.PLANE_RULES)
     assert _enum(*DATASET, "plane_check") == list(bbbc006_pairing.PLANE_CHECKS)
@@ -223,6 +230,8 @@ TIED = {
     ("properties", "slides", "properties", "compression"),
     ("properties", "slides", "properties", "normalise"),
     ("$defs", "synthetic_slide", "properties", "kind"),
+    ("properties", "finetune", "properties", "normalise"),
+    ("properties", "finetune", "properties", "synthetic", "properties", "blur"),
 }
 
 

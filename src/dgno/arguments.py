@@ -73,9 +73,32 @@ def _train(args: argparse.Namespace) -> None:
         raise InputError(f"--iterations {args.iterations}: at least one. Fix: leave it out for the config's train.iterations, or give a positive number")
 
 
+def _exists(option: str, path: str) -> None:
+    if not Path(path).exists():
+        raise InputError(f"{option} {path}: does not exist. Fix: check the path")
+
+
+def _finetune(args: argparse.Namespace) -> None:
+    for path in args.stacks or args.slides or ():
+        _exists("--stacks" if args.stacks else "--slides", path)
+    for path in args.pairs or ():
+        _folder("--pairs", path)
+    for option in ("iterations", "patch", "batch", "lr", "max_shift", "field_size", "max_fields"):
+        value = getattr(args, option)
+        if value is not None and value <= 0:
+            raise InputError(f"--{option.replace('_', '-')} {value}: must be positive. Fix: give a positive number, or leave it out for the default")
+    for option in ("val_fraction", "test_fraction"):
+        if not 0 < getattr(args, option) < 1:
+            raise InputError(f"--{option.replace('_', '-')} {getattr(args, option)}: a share between 0 and 1. Fix: for example 0.2")
+    if args.checkpoint is not None:
+        check_model_path(Path(args.checkpoint), missing_fix="check the path, or use --authors NAME to start from a released network")
+    preflight.check_output_dir(args.output)
+
+
 CHECKS: dict[str, Callable[[argparse.Namespace], None]] = {
     "deblur": _deblur,
     "deblur-slide": _deblur_slide,
     "evaluate": _evaluate,
     "train": _train,
+    "finetune": _finetune,
 }

@@ -217,6 +217,43 @@ def _add_slide_command(sub) -> None:
     p.set_defaults(func=_run_command)
 
 
+def _add_finetune_command(sub) -> None:
+    """finetune: a released or trained network tuned on a lab's own z-stacks, pairs or multi-plane slides (docs/finetune.md)."""
+    p = sub.add_parser("finetune", help="fine-tune a network on your own z-stacks, (blurred, sharp) pairs or multi-plane slides; writes a model file and a report")
+    data = p.add_mutually_exclusive_group(required=True)
+    data.add_argument("--stacks", nargs="+", metavar="PATH", help="z-stack files (ImageJ/OME TIFF with a Z axis) or folders of them, or folders holding one image per plane")
+    data.add_argument("--pairs", nargs=2, metavar=("BLURRED", "SHARP"), help="two folders of images matched by file name")
+    data.add_argument("--slides", nargs="+", metavar="FILE", help="whole slides with focal planes (OME-TIFF with a Z axis)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--authors", metavar="NAME", help="start from a released network of the authors, e.g. DGNO_BBBC006_w1_Cell")
+    which.add_argument("--checkpoint", metavar="FILE", help="start from a model.pt, or an authors' .pth (with --options when its name is not a released one)")
+    which.add_argument("--scratch", metavar="MODEL", help="train a registry network from scratch, e.g. dgno-cell (--scale sets its size)")
+    p.add_argument("--options", help="the authors' option file of a .pth whose name is not a released one")
+    p.add_argument("--output", required=True, help="output folder: model.pt, report.html, report.md, finetune.json, data/, eval/")
+    p.add_argument("--distances", type=int, nargs="+", metavar="N", help="input planes at these distances (in planes) above and below the in-focus plane (default: every plane)")
+    focus = p.add_mutually_exclusive_group()
+    focus.add_argument("--focus-plane", type=int, metavar="N", help="the in-focus plane of every stack (from 0), instead of measuring it")
+    focus.add_argument("--focus-planes", metavar="CSV", help="a CSV with columns field,plane: the in-focus plane of the fields it names (field = file or folder name)")
+    p.add_argument("--channel", type=int, metavar="N", help="the channel a one-channel network is tuned on, for stacks or slides of several channels")
+    p.add_argument("--axes", help="the stacks' axes in tifffile letters when the files' own are wrong, e.g. ZYX")
+    p.add_argument("--max-shift", type=float, default=5.0, metavar="PX", help="largest shift between planes that is corrected; more is refused (default 5)")
+    p.add_argument("--val-fraction", type=float, default=0.2, help="share of fields for validation (early stopping; default 0.2)")
+    p.add_argument("--test-fraction", type=float, default=0.2, help="share of fields held out for the report (default 0.2)")
+    p.add_argument("--field-size", type=int, default=512, metavar="PX", help="slides: side of the fields cut on tissue (default 512)")
+    p.add_argument("--max-fields", type=int, default=64, help="slides: fields per slide at most (default 64)")
+    p.add_argument("--iterations", type=int, help="training iterations at most (default 400 on a CPU, 4000 on a GPU; early stopping may end sooner)")
+    p.add_argument("--patch", type=int, help="training patch side in px (default 96 on a CPU, 256 on a GPU; at most the smallest field)")
+    p.add_argument("--batch", type=int, help="patches per step (default 4 on a CPU, 8 on a GPU)")
+    p.add_argument("--lr", type=float, help="learning rate (default 1e-4 from trained weights, 3e-4 from scratch)")
+    p.add_argument("--patience", type=int, default=6, help="validations without improvement before stopping (default 6; 0 never stops early)")
+    p.add_argument("--scale", choices=["smoke", "demo", "paper"], default="demo", help="--scratch: the network's size (default demo)")
+    p.add_argument("--normalise", choices=["minmax", "dtype"], help="intensity scaling (default: the starting network's own)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the split and the training (default 0)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--no-lpips", action="store_true", help="leave LPIPS out of the report")
+    p.set_defaults(func=_run_command)
+
+
 def _add_utility_commands(sub) -> None:
     """data check, bench, report."""
     p = sub.add_parser("data", help="dataset utilities")
@@ -263,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_commands(sub)
     _add_image_commands(sub)
     _add_slide_command(sub)
+    _add_finetune_command(sub)
     _add_utility_commands(sub)
     return parser
 

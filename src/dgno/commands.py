@@ -26,6 +26,7 @@ from dgno.inference.evaluate import evaluate_checkpoint
 from dgno.interrupts import exit_status, signal_name
 from dgno.io import InputError, write_csv
 from dgno.report.figures import lam_maps
+from dgno.report.finetune import write_report as write_finetune_report
 from dgno.slides.inputs import unique_names
 from dgno.slides.network import load_network
 from dgno.slides.restore import output_files, restore_slide
@@ -33,6 +34,9 @@ from dgno.slides.run import SlideInterrupted
 from dgno.slides.work import WorkFolder
 from dgno.train import INTERRUPTED_EXIT, Interrupted, ModelChoice, TrainConfig
 from dgno.train import train as train_model
+from dgno.train.finetune import finetune as finetune_network
+from dgno.train.finetune import start_from
+from dgno.train.finetune_data import Inputs, Preparation, read_focus_planes
 from dgno.workflow.config import load_config
 
 
@@ -225,4 +229,41 @@ def bench(args: argparse.Namespace) -> int:
     if args.out:
         write_results(rows, args.out)
         print(args.out)
+    return 0
+
+
+def _finetune_preparation(args: argparse.Namespace) -> dict:
+    """Preparation settings from the command line, checked before any download or training."""
+    preparation = dict(
+        distances=tuple(args.distances) if args.distances else None, focus_plane=args.focus_plane,
+        focus_planes=read_focus_planes(args.focus_planes) if args.focus_planes else {}, channel=args.channel, axes=args.axes,
+        max_shift=args.max_shift, val_fraction=args.val_fraction, test_fraction=args.test_fraction, field_size=args.field_size, max_fields=args.max_fields,
+    )  # fmt: skip
+    Preparation(normalise="minmax", **preparation)  # raises an InputError for a bad value, before any download
+    for option, value in (("--iterations", args.iterations), ("--patch", args.patch), ("--batch", args.batch), ("--lr", args.lr)):
+        preflight.check_positive(option, value)
+    if args.patience < 0:
+        raise InputError(f"--patience {args.patience}: a number of validations, 0 or more. Fix: --patience 6, or 0 to never stop early")
+    return preparation
+
+
+def finetune(args: argparse.Namespace) -> int:
+    """Fine-tune, then write the report; exit 143 when stopped by a signal (the same command resumes)."""
+    inputs = Inputs(stacks=tuple(args.stacks or ()), pairs=tuple(args.pairs) if args.pairs else None, slides=tuple(args.slides or ()))
+    preparation = _finetune_preparation(args)
+    preflight.check_device(args.device)
+    start = start_from(authors=args.authors, checkpoint=args.checkpoint, options=args.options, scratch=args.scratch, scale=args.scale, normalise=args.normalise)
+    preflight.prepare_output_dir(args.output)  # after the start is read: a bad model file leaves no folder behind
+    overrides = {"iterations": args.iterations, "patch_size": args.patch, "batch_size": args.batch, "lr": args.lr}
+    try:
+        finetune_network(inputs, args.output, start=start, preparation=preparation, overrides=overrides, patience=args.patience,
+                         device=args.device, seed=args.seed, lpips=not args.no_lpips)  # fmt: skip
+    except Interrupted as err:
+        print(f"dgno finetune: {err}; run the same command again to resume", file=sys.stderr)
+        return INTERRUPTED_EXIT
+    report = write_finetune_report(args.output)
+    print(report["verdict"])
+    if report["warning"]:
+        print(report["warning"], file=sys.stderr)
+    print(f"model: {Path(args.output) / 'model.pt'}  report: {Path(args.output) / 'report.html'}")
     return 0

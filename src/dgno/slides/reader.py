@@ -58,6 +58,7 @@ class SlideInfo:
     channel_names: tuple[str, ...]
     photometric: str
     mpp: tuple[float, float] | None
+    planes: int = 1  # focal planes (a Z axis); a TiffSlide opened with ``plane`` reads one of them
 
     @property
     def channels(self) -> int:
@@ -324,6 +325,23 @@ def _geometry(page) -> _Geometry:
     return _Geometry(h, w, sh, sw, samples, samples > 1 and int(page.planarconfig) == 2)
 
 
+def focal_planes(series) -> int:  # the length of a tifffile series' Z axis, 1 without one
+    return int(series.shape[series.axes.index("Z")]) if "Z" in series.axes else 1
+
+
+def _plane_pages(axes: str, shape: tuple[int, ...], plane: int, n: int) -> list[tuple[int, int]]:
+    """(page, sample) of each of the ``n`` channels at focal plane ``plane`` (pages run over the axes but Y, X, S)."""
+    page_axes = [a for a in axes if a not in "YXS"]
+    dims = [int(shape[axes.index(a)]) for a in page_axes]
+
+    def page(channel: int) -> int:
+        return int(np.ravel_multi_index([plane if a == "Z" else channel if a in _CHANNEL_AXES else 0 for a in page_axes], dims))
+
+    if "S" in axes:
+        return [(page(0), s) for s in range(n)]
+    return [(page(c), 0) for c in range(n)]
+
+
 @dataclass(frozen=True)
 class _PageLevel:
     """One level as one page (what a series level offers as ``.pages``)."""
@@ -339,7 +357,8 @@ class TiffSlide(Slide):
     one is missing.
     """
 
-    def __init__(self, path: Path, *, rgb_levels: tuple[tuple[int, int], ...] | None = None) -> None:
+    def __init__(self, path: Path, *, rgb_levels: tuple[tuple[int, int], ...] | None = None, plane: int | None = None) -> None:
+        self._plane = plane  # of a slide with focal planes (a Z axis): the one this object reads
         check_tiff_complete(path)
         with _quiet_tifffile():
             self._tf = tifffile.TiffFile(path)
@@ -357,16 +376,20 @@ class TiffSlide(Slide):
         index = main_series(self._tf)
         series = self._tf.series[index]
         axes, shape = series.axes, series.shape
-        extra = [a for a, n in zip(axes, shape) if a not in "YX" + _CHANNEL_AXES and n > 1]
+        extra = [a for a, n in zip(axes, shape) if a not in "YX" + _CHANNEL_AXES and n > 1 and not (a == "Z" and self._plane is not None)]
         if extra or axes.count("Y") != 1 or sum(a in _CHANNEL_AXES for a in axes) > 1:
             raise _fail(path, f"holds a {axes} image of shape {shape} (a Z-stack, time series or several channel axes)", "export one plane (the best-focus one) with its channels as an OME-TIFF")
+        if self._plane is not None and not 0 <= self._plane < focal_planes(series):
+            raise _fail(path, f"has {focal_planes(series)} focal plane(s), no plane {self._plane}", "choose a plane of the slide")
         key = series.keyframe
         if int(getattr(key, "imagedepth", 1)) > 1:
             raise _fail(path, "holds volumetric tiles", "export one plane as a 2-D OME-TIFF")
         self._levels = [level for level in series.levels if level.axes == axes]
-        n = 1 if axes in ("YX",) else shape[[i for i, a in enumerate(axes) if a in _CHANNEL_AXES][0]]
+        n = shape[[i for i, a in enumerate(axes) if a in _CHANNEL_AXES][0]] if any(a in _CHANNEL_AXES for a in axes) else 1
         pages_per_level = len(series.levels[0].pages)
         self._map = [(c, 0) for c in range(n)] if pages_per_level == n and n > 1 else [(0, s) for s in range(n)]
+        if "Z" in axes and self._plane is not None:
+            self._map = _plane_pages(axes, shape, self._plane, n)
         photometric = "grey" if n == 1 else "channels"
         if "S" in axes and key.photometric in (tifffile.PHOTOMETRIC.RGB, tifffile.PHOTOMETRIC.YCBCR) and n in (3, 4):  # interleaved or planar
             photometric = "rgb" if n == 3 else "rgba"
@@ -374,7 +397,7 @@ class TiffSlide(Slide):
         levels = tuple((int(lv.shape[axes.index("Y")]), int(lv.shape[axes.index("X")])) for lv in self._levels)
         mpp = (_ome_mpp(self._tf, index) if self._tf.is_ome else None) or _imagej_mpp(self._tf, key) or _tag_mpp(key)
         vendor = "ome-tiff" if self._tf.is_ome else "tiff"
-        self.info = SlideInfo(path, "tifffile", vendor, levels, np.dtype(key.dtype), names or tuple(f"channel {i}" for i in range(n)), photometric, mpp)
+        self.info = SlideInfo(path, "tifffile", vendor, levels, np.dtype(key.dtype), names or tuple(f"channel {i}" for i in range(n)), photometric, mpp, focal_planes(series))
 
     def _open_rgb_pages(self, path: Path, levels: tuple[tuple[int, int], ...]) -> None:
         found: dict[tuple[int, int], object] = {}

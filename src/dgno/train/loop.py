@@ -43,8 +43,9 @@ from dgno.models.registry import build_model
 from dgno.progress import bar as progress_bar
 from dgno.train.batches import BatchStream, cut_batch, val_batches
 from dgno.train.distributed import Ranks, agree, barrier, gather, leave_distributed, setup_distributed, sync_buffers
+from dgno.train.early_stop import BestOnValidation
 from dgno.train.launch import check_batches
-from dgno.train.recipe import ModelChoice, TrainConfig
+from dgno.train.recipe import ModelChoice, StartWeights, TrainConfig
 from dgno.train.resume import resumable_state, resume_rng, run_fingerprint
 from dgno.train.schedule import ema_decay_at, lr_at, progressive_stage
 from dgno.train.step import TrainStep, active_levers, backend_flags, make_optimizer, prepare_model
@@ -106,6 +107,8 @@ class _Run:
     out_dir: Path
     normalise: str  # the dataset's input normalisation, recorded in model.pt for dgno deblur
     log_rows: list[list[str]] = field(default_factory=list)
+    selection: BestOnValidation | None = None  # best-validation weights and early stopping (fine-tuning)
+    start: dict[str, Any] | None = None  # where the starting weights came from, when not from scratch
 
     @property
     def ckpt_path(self) -> Path:
@@ -129,9 +132,15 @@ def _load_training_data(data_dir: Path, levels: list[str], ranks: Ranks, progres
     return pairs, val_pairs, channels
 
 
-def _build_networks(model_choice: ModelChoice, channels: int, cfg: TrainConfig, ranks: Ranks, device: torch.device):
-    """(model, its EMA copy, the network to call — DDP-wrapped when distributed —, AdamW)."""
+def _build_networks(model_choice: ModelChoice, channels: int, cfg: TrainConfig, ranks: Ranks, device: torch.device, start: StartWeights | None = None):
+    """(model, its EMA copy, the network to call — DDP-wrapped when distributed —, AdamW); the model holds
+    ``start``'s weights when given (the EMA, a copy, starts from them too)."""
     model = build_model(model_choice.name, scale=model_choice.scale, in_channels=channels, **registry_overrides(model_choice.overrides)).to(device)
+    if start is not None:
+        try:
+            model.load_state_dict(start.state_dict)
+        except RuntimeError as exc:
+            raise InputError(f"{start.source.get('file', 'the starting weights')}: do not fit network {model_choice.name} ({str(exc).splitlines()[0]}). Fix: start from a model file of that network") from exc
     prepare_model(model, cfg)  # memory format and norm kernels (speed levers), copied into the EMA
     ema = copy.deepcopy(model).eval()  # copied before DDP attaches its gradient hooks to the parameters
     for p in ema.parameters():
@@ -161,18 +170,26 @@ def _validate(model: torch.nn.Module, val: tuple[np.ndarray, np.ndarray], device
     return float((10 * torch.log10(1.0 / mse)).mean())
 
 
-def _prepare(data_dir: Path, out_dir: Path, *, model_choice: ModelChoice, levels: list[str], cfg: TrainConfig, ranks: Ranks, device: torch.device, progress: bool) -> _Run:
+def _prepare(data_dir: Path, out_dir: Path, *, model_choice: ModelChoice, levels: list[str], cfg: TrainConfig, ranks: Ranks, device: torch.device, progress: bool,
+             start: StartWeights | None = None, selection: BestOnValidation | None = None) -> _Run:  # fmt: skip
     """Data, networks, sampler and fingerprint of a new run, in the order that fixes its random numbers."""
     torch.manual_seed(cfg.seed)
     pairs, val_pairs, channels = _load_training_data(data_dir, levels, ranks, progress)
-    model, ema, net, opt = _build_networks(model_choice, channels, cfg, ranks, device)
+    if selection is not None and not val_pairs:
+        raise InputError(f"{data_dir / 'split.csv'}: no validation images, which choosing the best weights needs. Fix: give the split a 'val' part")
+    model, ema, net, opt = _build_networks(model_choice, channels, cfg, ranks, device, start)
     stepper = TrainStep(model, net, opt, cfg, device)
     # The whole step's batch on every rank, from the same seed: each rank trains on its share of it.
     sampler = CropSampler(pairs, patch=cfg.patch_size, batch_size=cfg.batch_size, seed=cfg.seed)
     val = val_batches(val_pairs, cfg)
     spec = {"name": model_choice.name, "scale": model_choice.scale, "hparams": model.hparams, "overrides": model_choice.overrides}
     fingerprint = run_fingerprint(spec, cfg, levels, data_dir)
-    return _Run(model, ema, net, opt, stepper, sampler, val, spec, fingerprint, cfg, ranks, device, out_dir, dataset_normalisation(data_dir))
+    if start is not None:
+        fingerprint["start"] = weights_digest(start.state_dict)
+    if selection is not None:
+        fingerprint["selection"] = selection.settings()
+    return _Run(model, ema, net, opt, stepper, sampler, val, spec, fingerprint, cfg, ranks, device, out_dir, dataset_normalisation(data_dir),
+                selection=selection, start=start.source if start is not None else None)  # fmt: skip
 
 
 def _resume(run: _Run) -> int:
@@ -188,6 +205,8 @@ def _resume(run: _Run) -> int:
     if rng is not None:
         torch.set_rng_state(rng["torch_rng"].cpu())  # map_location may have moved it to the GPU
     run.log_rows = [list(r) for r in state.get("log", [])]
+    if run.selection is not None:
+        run.selection.load_state(state.get("selection"))
     if run.ranks.main:
         tqdm.write(f"resuming {run.out_dir} from iteration {int(state['iteration'])}")
     return int(state["iteration"])
@@ -214,6 +233,7 @@ def _checkpoint(run: _Run, batches: BatchStream, it: int) -> None:
                 "train_config": asdict(run.cfg),
                 "normalise": run.normalise,
                 "log": run.log_rows,
+                "selection": run.selection.state() if run.selection is not None else None,
             },
         )
     barrier(run.ranks)
@@ -235,17 +255,22 @@ def _step(run: _Run, batches: BatchStream, it: int) -> torch.Tensor:
     return loss
 
 
-def _log_step(run: _Run, log, log_fh, it: int, loss_value: float, t0: float) -> None:
-    """Append iteration ``it``'s row to the curve when it is a log or validation step (rank 0 only)."""
+def _log_step(run: _Run, log, log_fh, it: int, loss_value: float | None, t0: float) -> bool:
+    """Append iteration ``it``'s row to the curve when it is a log or validation step (rank 0 only); True
+    when the early-stopping rule says stop. ``it`` = −1 with no loss: the starting weights, before any step."""
     cfg, done = run.cfg, it + 1
-    val_psnr = ""
+    val_psnr, stop = "", False
     if run.val is not None and (done % cfg.val_every == 0 or done == cfg.iterations):
-        val_psnr = f"{_validate(run.ema, run.val, run.device):.4f}"
+        psnr = _validate(run.ema, run.val, run.device)
+        val_psnr = f"{psnr:.4f}"
+        stop = run.selection is not None and run.selection.observe(done, psnr, run.ema)
     if done % cfg.log_every == 0 or val_psnr or done == cfg.iterations:
-        row = [str(done), f"{loss_value:.6f}", f"{lr_at(it, cfg):.3e}", val_psnr, f"{time.perf_counter() - t0:.2f}"]
+        loss = "" if loss_value is None else f"{loss_value:.6f}"
+        row = [str(done), loss, f"{lr_at(max(it, 0), cfg):.3e}", val_psnr, f"{time.perf_counter() - t0:.2f}"]
         run.log_rows.append(row)
         log.writerow(row)
         log_fh.flush()
+    return stop
 
 
 def _loop(run: _Run, start: int, *, desc: str, progress: bool, install_signal_handlers: bool) -> None:
@@ -260,16 +285,20 @@ def _loop(run: _Run, start: int, *, desc: str, progress: bool, install_signal_ha
     # Started after the resume, so that it cuts from the restored sampler state; closed in finally.
     batches = BatchStream(run.sampler, depth=cfg.prefetch, pin_device=run.device if run.device.type == "cuda" else None)
     try:
+        if run.selection is not None and start == 0 and log is not None:
+            _log_step(run, log, log_fh, -1, None, t0)  # the starting weights' validation: the score to beat
         run.net.train()
         for it in bar:
             loss = _step(run, batches, it)
             loss_value, stopping = agree(loss, stop.signum is not None, ranks)
             done = it + 1
             bar.set_postfix(loss=f"{loss_value:.4f}", lr=f"{lr_at(it, cfg):.1e}", refresh=False)
-            if log is not None:
-                _log_step(run, log, log_fh, it, loss_value, t0)
-            if done % cfg.checkpoint_every == 0 or done == cfg.iterations:
+            early = _log_step(run, log, log_fh, it, loss_value, t0) if log is not None else False
+            if done % cfg.checkpoint_every == 0 or done == cfg.iterations or early:
                 _checkpoint(run, batches, done)
+            if early:
+                tqdm.write(f"validation PSNR has not improved for {run.selection.patience} validations: stopped at iteration {done}, keeping iteration {run.selection.best_iteration}")
+                break
             if stopping:
                 _checkpoint(run, batches, done)
                 raise Interrupted(f"received signal {stop.signum or 'on another rank'} at iteration {done}; checkpoint written to {run.ckpt_path}")
@@ -289,15 +318,17 @@ def _write_model(run: _Run, levels: list[str], data_dir: Path) -> Path:
     model.pt depends on which rank wrote it.
     """
     cfg, ranks, path = run.cfg, run.ranks, run.out_dir / "model.pt"
-    evaluated = run.model if cfg.eval_weights == "raw" else run.ema
-    digests = gather(weights_digest(evaluated.state_dict()), ranks)
+    evaluated = (run.model if cfg.eval_weights == "raw" else run.ema).state_dict()
+    if run.selection is not None and run.selection.best_state is not None:
+        evaluated = run.selection.best_state  # the best validation's weights (the EMA's)
+    digests = gather(weights_digest(evaluated), ranks)
     if len(set(digests)) != 1:
         raise RuntimeError(f"{cfg.eval_weights} weights differ between the {ranks.world} processes (digests {digests}); model.pt not written")
     if ranks.main:
         final = {
             "version": CHECKPOINT_VERSION,
             "spec": run.spec,
-            "state_dict": evaluated.state_dict(),
+            "state_dict": evaluated,
             "weights": cfg.eval_weights,
             "weights_sha256": digests[0],
             "world_size": ranks.world,
@@ -307,16 +338,20 @@ def _write_model(run: _Run, levels: list[str], data_dir: Path) -> Path:
             "data_dir": str(data_dir),
             "normalise": run.normalise,
             "provenance": provenance.collect(run.device),
+            "fingerprint": run.fingerprint,
         }
+        if run.selection is not None:
+            final.update(selection=run.selection.record(), start=run.start)
         save_checkpoint(path, final)
     barrier(ranks)
     return path
 
 
-def _train(data_dir: Path, out_dir: Path, *, model_choice: ModelChoice, levels: list[str], cfg: TrainConfig, ranks: Ranks, device: torch.device, progress: bool, install_signal_handlers: bool) -> Path:
+def _train(data_dir: Path, out_dir: Path, *, model_choice: ModelChoice, levels: list[str], cfg: TrainConfig, ranks: Ranks, device: torch.device, progress: bool, install_signal_handlers: bool,
+           start: StartWeights | None = None, selection: BestOnValidation | None = None) -> Path:  # fmt: skip
     """The training run of one process (see :func:`train`); collectives are no-ops in a single process."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    run = _prepare(data_dir, out_dir, model_choice=model_choice, levels=levels, cfg=cfg, ranks=ranks, device=device, progress=progress)
+    run = _prepare(data_dir, out_dir, model_choice=model_choice, levels=levels, cfg=cfg, ranks=ranks, device=device, progress=progress, start=start, selection=selection)
     start = _resume(run)
     levers = active_levers(cfg, device)
     if ranks.main:
@@ -339,6 +374,8 @@ def train(
     cfg: TrainConfig,
     progress: bool = True,
     install_signal_handlers: bool = True,
+    start: StartWeights | None = None,
+    selection: BestOnValidation | None = None,
 ) -> Path:
     """Train one model on (blur level, gt) pairs of the training split; return the path of model.pt.
 
@@ -349,8 +386,14 @@ def train(
     Under ``torchrun`` (WORLD_SIZE > 1) every process calls this function: it joins the process
     group (NCCL on CUDA, gloo on CPU), trains with DistributedDataParallel on ``batch_size /
     WORLD_SIZE`` crops per process, and leaves the group again if it created it.
+
+    ``start``: begin from these weights instead of a random initialisation (fine-tuning).
+    ``selection``: validate the starting weights too, keep the best validation's weights in model.pt and
+    stop early by its rule (:mod:`dgno.train.early_stop`); one process only.
     """
     ranks = Ranks.from_env()
+    if selection is not None and ranks.distributed:
+        raise ValueError("selecting the best validation's weights needs a single training process (validation runs on rank 0 only); train with one process")
     device = pick_device(cfg.device)
     if ranks.distributed:
         check_batches(ranks.world, cfg.batch_size, cfg.progressive)
@@ -368,6 +411,8 @@ def train(
             device=device,
             progress=progress and ranks.main,
             install_signal_handlers=install_signal_handlers,
+            start=start,
+            selection=selection,
         )
     finally:
         if own_group:

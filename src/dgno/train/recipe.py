@@ -88,3 +88,15 @@ class ModelChoice:
     name: str
     scale: str = "demo"
     overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StartWeights:
+    """Weights a run starts from instead of the network's random initialisation (fine-tuning).
+
+    ``state_dict`` must fit the network of the run's :class:`ModelChoice`; ``source`` says where the
+    weights come from (recorded in the model file, e.g. the released network's name or the file's path).
+    """
+
+    state_dict: dict[str, Any]
+    source: dict[str, Any] = field(default_factory=dict)

@@ -64,7 +64,7 @@ def fingerprint_change(saved: dict[str, Any] | None, current: dict[str, Any]) ->
     if saved is None:
         return "written by an older version (no run fingerprint)"
     parts = [k for k in current if saved.get(k) != current[k]]
-    return "written for a different " + " / ".join({"spec": "model", "train_config": "training recipe", "levels": "blur levels", "data": "dataset"}[k] for k in parts)
+    return "written for a different " + " / ".join({"spec": "model", "train_config": "training recipe", "levels": "blur levels", "data": "dataset", "start": "starting weights", "selection": "early-stopping rule"}[k] for k in parts)
 
 
 def resumable_state(ckpt_path: Path, fingerprint: dict[str, Any], cfg: TrainConfig, ranks: Ranks, device: torch.device) -> dict[str, Any] | None:
@@ -75,13 +75,18 @@ def resumable_state(ckpt_path: Path, fingerprint: dict[str, Any], cfg: TrainConf
     one, since being asked to train again after finishing means a rerun (snakemake -R) is wanted.
     """
     state = torch.load(ckpt_path, map_location=device, weights_only=True) if ckpt_path.exists() else None
-    if state is not None and (state.get("fingerprint") != fingerprint or int(state["iteration"]) >= cfg.iterations):
+    if state is not None and (state.get("fingerprint") != fingerprint or finished(state, cfg)):
         reason = fingerprint_change(state.get("fingerprint"), fingerprint) if state.get("fingerprint") != fingerprint else "already finished (a rerun trains anew)"
         barrier(ranks)  # every rank has read it before rank 0 renames it
         if ranks.main:
             set_aside(ckpt_path, reason)
         state = None
     return state
+
+
+def finished(state: dict[str, Any], cfg: TrainConfig) -> bool:
+    """Whether a checkpoint's run is over: all its iterations done, or stopped early (``dgno.train.early_stop``)."""
+    return int(state["iteration"]) >= cfg.iterations or (state.get("selection") or {}).get("stopped_at") is not None
 
 
 def resume_rng(state: dict[str, Any], ranks: Ranks) -> dict[str, Any] | None:

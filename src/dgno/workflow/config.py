@@ -16,7 +16,9 @@ import yaml
 
 from dgno import deprecation
 from dgno.data import RENAMED_SOURCES, paired_sets
+from dgno.io import InputError
 from dgno.models.registry import list_models
+from dgno.workflow import finetune as finetune_plan
 from dgno.workflow.settings import SPEED_ONLY_TRAIN
 
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
@@ -231,6 +233,10 @@ def _check_references(cfg: dict) -> None:
     _check_experiment_settings(cfg)
     _check_authors(cfg)
     _check_slides(cfg)
+    try:
+        finetune_plan.check(cfg)
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
     for exp, spec in cfg["experiments"].items():
         _check_experiment_names(cfg, exp, spec)
     if "robustness" in cfg["experiments"]:

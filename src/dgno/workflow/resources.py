@@ -81,6 +81,9 @@ PAPER: dict[str, Request] = {
     # does not grow with the slide (about 1 GB measured up to 67 megapixels, benchmarks/results/slides_memory.json)
     "slide_synthetic": Request(1, 4000, 30),
     "restore_slide": Request(8, 16000, 720, gpu=True),
+    # fine-tuning on a lab's own stacks: preparing the fields, training on the GPU, scoring the held-out fields
+    "finetune_stacks": Request(1, 4000, 30),
+    "finetune": Request(8, 32000, 720, gpu=True),
     "figure_psnr_params": FIGURE,
     "runtime_memory": FIGURE,
     # tables, figures, report
