@@ -61,6 +61,7 @@ REFERENCE_PERCENTILE = 25.0
 FOCUS_MARGIN = 0.10
 MIN_TISSUE = 0.05
 RESTORE_MODES = ("blurry", "all")
+DECISION = "blur effect (Crete-Roffet et al. 2007) per tile, 25th-percentile reference + margin 0.10"
 LABELS = ("background", "in focus", "blurry")
 
 
@@ -263,6 +264,32 @@ def focus_scores(
         for rc, value in zip(todo, progress(results) if progress else results):
             out[rc] = value
     return out
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What the decision needs of one slide: per tile its tissue share and focus score, and the thumbnail,
+    tissue mask and tissue rule they were measured with."""
+
+    tissue: np.ndarray
+    scores: np.ndarray
+    thumb: Thumbnail
+    mask: np.ndarray
+    rule: TissueRule
+
+
+def analyse(slide: Slide, level: int, grid: TileGrid, *, channel: int, downsample: int = 1, workers: int = 2,
+            progress: Callable[[int], Callable[[Iterable], Iterable]] | None = None) -> Analysis:  # fmt: skip
+    """Thumbnail, tissue rule and mask, tissue share and focus score of every tile of ``level`` (module
+    docstring); ``progress(n)`` wraps the iteration over the n tiles scored."""
+    info = slide.info
+    thumb = thumbnail(slide, level, tile=grid.tile)
+    rule = tissue_rule(thumb, photometric=info.photometric, channel=channel, dtype=info.dtype)
+    mask = tissue_mask(thumb, rule, photometric=info.photometric)
+    tissue = tissue_fractions(mask, thumb, grid)
+    bar = progress(int((tissue > 0).sum())) if progress else None
+    scores = focus_scores(slide, level, grid, tissue > 0, channel=channel, rule=rule, downsample=downsample, workers=workers, progress=bar)
+    return Analysis(tissue, scores, thumb, mask, rule)
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,38 @@ def focus_map(path: Path, thumb: Thumbnail, mask: np.ndarray, grid: TileGrid, de
     _save(fig, path)
 
 
+CHECK_COLOURS = {"restored, truly defocused": (1.0, 0.1, 0.1, 0.40), "restored, in focus": (1.0, 0.65, 0.0, 0.55), "defocused, not restored": (0.1, 0.3, 1.0, 0.55)}
+
+
+def focus_check_map(path: Path, thumb: Thumbnail, mask: np.ndarray, grid: TileGrid, decisions: Decisions, truth: np.ndarray, *, picture: np.ndarray, title: str) -> None:
+    """Write the focus map of a slide whose defocused tiles are known (``truth``, (rows, cols) bool): the
+    tiles it got right (red), restored in focus (orange, a false alarm) and defocused but missed (blue)."""
+    k = max(1, -(-max(picture.shape[:2]) // MAX_PICTURE_SIDE))
+    picture, mask = picture[::k, ::k], mask[::k, ::k]
+    h, w = picture.shape[:2]
+    overlay = np.zeros((h, w, 4), np.float32)
+    sy, sx = thumb.scale[0] * k, thumb.scale[1] * k
+    kinds = {(True, True): "restored, truly defocused", (True, False): "restored, in focus", (False, True): "defocused, not restored"}
+    for r, y in enumerate(grid.ys):
+        for c, x in enumerate(grid.xs):
+            kind = kinds.get((bool(decisions.restored[r, c]), bool(truth[r, c])))
+            if kind:  # the inner part of the tile (without the overlap), so that neighbours do not mix
+                m = grid.overlap // 2
+                overlay[int((y + m) / sy) : int(np.ceil((y + grid.th - m) / sy)), int((x + m) / sx) : int(np.ceil((x + grid.tw - m) / sx))] = CHECK_COLOURS[kind]
+    fig, axes = _figure(w, h)
+    ax = axes[0, 0]
+    ax.imshow(picture, interpolation="nearest")
+    ax.imshow(overlay, interpolation="nearest")
+    if mask.any() and not mask.all():
+        ax.contour(mask.astype(np.float32), levels=[0.5], colors="cyan", linewidths=0.8)
+    counts = {name: sum(kinds.get((bool(a), bool(b))) == name for a, b in zip(decisions.restored.ravel(), truth.ravel())) for name in CHECK_COLOURS}
+    handles = [plt.Rectangle((0, 0), 1, 1, color=CHECK_COLOURS[n]) for n in CHECK_COLOURS]
+    ax.legend(handles, [f"{n}: {counts[n]}" for n in CHECK_COLOURS], loc="lower left", fontsize=7, framealpha=0.8)
+    ax.set_title(title, fontsize=8)
+    ax.set_axis_off()
+    _save(fig, path)
+
+
 def before_after(path: Path, before: np.ndarray, after: np.ndarray, *, title: str) -> None:
     """Write two pictures in [0, 1] side by side to ``path``."""
     h, w = before.shape[:2]
