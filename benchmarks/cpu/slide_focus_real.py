@@ -8,7 +8,8 @@ on purpose by ``dgno.optics.defocus`` PSFs in regions of several shapes, with pa
 nuclei-dense tissue; 14 from the dev sources, 10 from held-out ones) are written as SVS-like tiled TIFFs
 (JPEG tiles, quality 90) and analysed exactly as ``dgno deblur-slide`` analyses a slide: 512-px tiles with
 32 px of overlap (the authors' networks), the default focus decision. A tile is truly blurred when at least
-50 % (and, second figure, 25 %) of it lies in a defocused region and at least 5 % of it is tissue.
+50 % (and, second figure, 25 %) of its tissue lies in a defocused region ("tissue" rule) and at least 5 % of
+it is tissue; beside it, the same for its whole area ("area" rule: empty glass inside a region counts too).
 Recorded per split, per tag (pale, fat, pen, dense) and per σ: the tiles, precision and recall; the
 sources and their licences; the time of the focus analysis. The picture of one held-out slide
 (``slide_focus_real.png`` beside the JSON) shows where the decision and the truth disagree. About five
@@ -58,16 +59,18 @@ def tile_rows(spec: BenchSlide, built: Built, grid: TileGrid, d: fm.Decisions) -
     rows = []
     for r, y in enumerate(grid.ys):
         for c, x in enumerate(grid.xs):
-            blurred, tissue = tile_truth(built, (y, x, grid.th, grid.tw))
+            area, tissue, blurred = tile_truth(built, (y, x, grid.th, grid.tw))
             sigma = max((reg.blur.sigma for reg in spec.regions if reg.area.y0 < y + grid.th and y < reg.area.y1 and reg.area.x0 < x + grid.tw and x < reg.area.x1), default=0.0)
-            rows.append({"slide": spec.name, "split": spec.split, "tags": list(spec.tags), "row": r, "col": c, "blurred_share": blurred,
+            rows.append({"slide": spec.name, "split": spec.split, "tags": list(spec.tags), "row": r, "col": c, "blurred_share": blurred, "area_share": area,
                          "tissue_share": tissue, "sigma": sigma, "restored": bool(d.restored[r, c]), "score": float(d.scores[r, c])})  # fmt: skip
     return rows
 
 
-def precision_recall(rows: list[dict], overlap: float) -> dict:
-    """Precision and recall of the restored tiles against tiles at least ``overlap`` inside a region (and 5 % tissue)."""
-    truth = np.array([r["blurred_share"] >= overlap and r["tissue_share"] >= fm.MIN_TISSUE for r in rows], bool)
+def precision_recall(rows: list[dict], overlap: float, rule: str = "tissue") -> dict:
+    """Precision and recall of the restored tiles against the tiles whose tissue (``rule`` "tissue") or
+    area ("area") lies at least ``overlap`` inside a region, and that are at least 5 % tissue."""
+    share = "blurred_share" if rule == "tissue" else "area_share"
+    truth = np.array([r[share] >= overlap and r["tissue_share"] >= fm.MIN_TISSUE for r in rows], bool)
     found = np.array([r["restored"] for r in rows], bool)
     tp = int((truth & found).sum())
     return {"truth": int(truth.sum()), "found": int(found.sum()), "hits": tp,
@@ -77,7 +80,7 @@ def precision_recall(rows: list[dict], overlap: float) -> dict:
 def summarise(rows: list[dict]) -> dict:
     """Precision and recall at each overlap rule: all slides, per split, per tag, and recall per σ."""
     def both(sel: list[dict]) -> dict:
-        return {f"{int(100 * o)}%": precision_recall(sel, o) for o in OVERLAPS}
+        return {f"{rule} {int(100 * o)}%": precision_recall(sel, o, rule) for rule in ("tissue", "area") for o in OVERLAPS}
 
     out = {"all": both(rows), "by_split": {s: both([r for r in rows if r["split"] == s]) for s in ("dev", "held-out")}}
     tags = sorted({t for r in rows for t in r["tags"]})
@@ -89,9 +92,9 @@ def summarise(rows: list[dict]) -> dict:
 
 
 def write_picture(path: Path, spec: BenchSlide, built: Built, grid: TileGrid, d: fm.Decisions, thumb: fm.Thumbnail, mask: np.ndarray) -> None:
-    truth = np.array([[tile_truth(built, (y, x, grid.th, grid.tw))[0] >= 0.5 for x in grid.xs] for y in grid.ys])
+    truth = np.array([[tile_truth(built, (y, x, grid.th, grid.tw))[2] >= 0.5 for x in grid.xs] for y in grid.ys])
     picture = display(thumb.image, photometric="rgb", channel=0, dtype=np.dtype(np.uint8))
-    title = f"{spec.name} ({spec.split}; {', '.join(spec.tags) or 'plain'}): restored and truly defocused tiles (≥ 50 % inside a region)"
+    title = f"{spec.name} ({spec.split}; {', '.join(spec.tags) or 'plain'}): restored and truly defocused tiles (≥ 50 % of the tissue inside a region)"
     focus_check_map(path, thumb, mask, grid, d, truth, picture=picture, title=title)
 
 

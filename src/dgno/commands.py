@@ -136,7 +136,7 @@ def deblur_slide(args: argparse.Namespace) -> int:
                            cuda_graphs=args.cuda_graphs, bf16=args.bf16, threads=threads, normalise=args.normalise, tile=args.tile, overlap=args.overlap)  # fmt: skip
     options = dict(level=args.level, mpp=args.mpp, channel=args.channel, restore=args.restore, threshold=args.threshold, margin=args.focus_margin,
                    min_tissue=args.min_tissue, focus_downsample=args.focus_downsample, compression=args.compression, overwrite=args.overwrite,
-                   dry_run=args.dry_run, workers=threads if args.threads else min(threads, 4))  # fmt: skip
+                   dry_run=args.dry_run, focus_report=args.focus_report, workers=threads if args.threads else min(threads, 4))  # fmt: skip
     failures = []
     for path in slides:
         try:

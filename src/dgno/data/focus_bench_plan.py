@@ -3,7 +3,7 @@
 Every slide is drawn from its own seed, so a slide does not change when another is added. What each
 holds (``dgno.data.focus_bench``):
 
-* tissue: fragments of the split's sources on glass, at their own scale or reduced 2× (a 40× source seen
+* tissue: fragments of one laboratory's sources (one scanner per slide, as on a real slide) on glass, at their own scale or reduced 2× (a 40× source seen
   as a 20× scan), or the CMU Aperio region whole, turned and mirrored;
 * defocus: two or three regions, rectangle, ellipse, blob or band, 300 to 1800 px, PSF and σ varying
   from slide to slide over σ = 1, 1.5, 2, 2.5, 3, 4 px and the four PSF kinds;
@@ -27,14 +27,14 @@ PLAN: tuple[tuple[str, str, tuple[str, ...], int, tuple[str, ...]], ...] = (
     ("dev-nest-pen", "dev", ("hgsc-nest", "hgsc-nest"), 1, ("dense", "pen")),
     ("dev-stroma-pale-a", "dev", ("hgsc-stroma", "hgsc-stroma"), 1, ("pale",)),
     ("dev-stroma-pale-b", "dev", ("hgsc-stroma", "hgsc-nest", "hgsc-stroma"), 2, ("pale",)),
-    ("dev-stroma-a", "dev", ("hgsc-stroma", "skimage-ihc", "hgsc-stroma"), 1, ()),
+    ("dev-stroma-a", "dev", ("hgsc-stroma", "hgsc-nest", "hgsc-stroma"), 1, ()),
     ("dev-fat-a", "dev", ("hgsc-stroma", "hgsc-nest"), 1, ("fat",)),
-    ("dev-fat-b", "dev", ("hgsc-nest", "hgsc-stroma", "skimage-ihc"), 2, ("fat",)),
+    ("dev-fat-b", "dev", ("hgsc-nest", "hgsc-stroma", "hgsc-nest"), 2, ("fat",)),
     ("dev-pen-a", "dev", ("hgsc-stroma", "hgsc-nest"), 1, ("pen",)),
     ("dev-pen-b", "dev", ("hgsc-nest", "hgsc-stroma", "hgsc-nest"), 2, ("pen", "pale")),
-    ("dev-ihc", "dev", ("skimage-ihc", "skimage-ihc", "skimage-ihc", "skimage-ihc"), 1, ()),
+    ("dev-ihc", "dev", ("skimage-ihc", "skimage-ihc", "skimage-ihc", "skimage-ihc"), 1, ("pen",)),
     ("dev-mixed-a", "dev", ("hgsc-nest", "hgsc-stroma"), 1, ("pale", "fat", "pen")),
-    ("dev-mixed-b", "dev", ("hgsc-stroma", "hgsc-nest", "skimage-ihc"), 2, ("pale", "pen", "dense")),
+    ("dev-mixed-b", "dev", ("hgsc-stroma", "hgsc-nest", "hgsc-stroma"), 2, ("pale", "pen", "dense")),
     ("dev-mixed-c", "dev", ("hgsc-nest", "hgsc-stroma", "hgsc-nest", "hgsc-stroma"), 2, ("fat", "pen")),
     ("held-cmu-a", "held-out", ("whole:cmu-aperio",), 1, ()),
     ("held-cmu-b", "held-out", ("whole:cmu-aperio",), 1, ()),
@@ -43,9 +43,9 @@ PLAN: tuple[tuple[str, str, tuple[str, ...], int, tuple[str, ...]], ...] = (
     ("held-cmu-pen", "held-out", ("whole:cmu-aperio",), 1, ("pen",)),
     ("held-cmu-mixed", "held-out", ("whole:cmu-aperio",), 1, ("pale", "pen")),
     ("held-tia-a", "held-out", ("tia-target", "tia-target", "tia-target"), 1, ("dense",)),
-    ("held-tia-b", "held-out", ("tia-target", "cmu-aperio", "tia-target"), 2, ("dense", "pen")),
-    ("held-tia-pale", "held-out", ("tia-target", "cmu-aperio", "tia-target", "cmu-aperio"), 1, ("pale", "dense")),
-    ("held-tia-fat", "held-out", ("cmu-aperio", "tia-target", "cmu-aperio"), 1, ("fat", "dense")),
+    ("held-tia-b", "held-out", ("tia-target", "tia-target", "tia-target"), 2, ("dense", "pen")),
+    ("held-tia-pale", "held-out", ("tia-target", "tia-target", "tia-target", "tia-target"), 1, ("pale", "dense")),
+    ("held-tia-fat", "held-out", ("tia-target", "tia-target", "tia-target"), 1, ("fat", "dense")),
 )  # fmt: skip
 
 

@@ -58,10 +58,14 @@ GLASS_MARGIN_OD = 0.01  # the tissue threshold's distance above the slide's own 
 GLASS_PERCENTILE = 99.0  # the thumbnail's brightest pixels: glass, when brighter than the palest tissue
 MIN_SEPARATION = 3.0  # fluorescence: tissue-side median minus glass-side median, in glass-side standard deviations
 REFERENCE_PERCENTILE = 25.0
-FOCUS_MARGIN = 0.10
+FOCUS_MARGIN = 0.40
 MIN_TISSUE = 0.05
+BLOCKS = 8  # focus is scored on BLOCKS × BLOCKS blocks of each tile (64 px of a 512-px tile)
+DETAIL_SIGMA = 1.0  # px: the re-blur of the focus score
+MIN_BLOCK_TISSUE = 0.1  # a block with less tissue is not scored
+BLURRED_SHARE = 0.35  # a tile is blurry when at least this share of its scored blocks is
 RESTORE_MODES = ("blurry", "all")
-DECISION = "blur effect (Crete-Roffet et al. 2007) per tile, 25th-percentile reference + margin 0.10"
+DECISION = "fine-detail loss E1/E0 per 1/8-tile block; block blurred above the 25th-percentile reference ** (1 - margin 0.40); tile blurry when >= 35 % of its blocks are"
 LABELS = ("background", "in focus", "blurry")
 
 
@@ -211,16 +215,46 @@ def blur_effect(gray: np.ndarray, mask: np.ndarray | None = None, *, h_size: int
     return max(scores)
 
 
-def focus_score(pixels: np.ndarray, rule: TissueRule | None, *, rgb: bool) -> float:
-    """Blur effect of one tile (0 sharp … 1 blurred) over its tissue and a 4-px rim around it: luminance
-    of RGB, else the tile's one channel (the rule's channel, read alone). The whole tile when less than
-    1 % of it is tissue."""
-    gray = rgb2gray(pixels[..., :3]) if rgb else pixels[..., 0]
+def block_detail(gray: np.ndarray, mask: np.ndarray | None, *, blocks: int) -> np.ndarray:
+    """(blocks, blocks) focus scores of the blocks of a tile: E1 / E0 over each block's ``mask`` pixels.
+
+    E0 is the gradient energy Σ|∇I|² of the image, E1 the same after a Gaussian re-blur of
+    ``DETAIL_SIGMA`` px: the share of the block's detail that is coarser than a pixel or two. Sharp
+    tissue keeps much of its gradient energy in the finest scale, which the re-blur removes (→ small);
+    tissue already defocused has none there (→ near 1). A ratio, so stain density and contrast
+    cancel. A block with less than ``MIN_BLOCK_TISSUE`` of its pixels in ``mask`` scores NaN.
+    """
+    img = np.asarray(gray, np.float32)
+    e0 = sum(g * g for g in np.gradient(img))
+    e1 = sum(g * g for g in np.gradient(ndimage.gaussian_filter(img, DETAIL_SIGMA)))
+    keep = np.zeros(img.shape, bool)
+    keep[3:-3, 3:-3] = True  # the re-blur at the border sees the padding
+    if mask is not None:
+        keep &= mask
+    out = np.full((blocks, blocks), np.nan, np.float32)
+    ys, xs = np.array_split(np.arange(img.shape[0]), blocks), np.array_split(np.arange(img.shape[1]), blocks)
+    for i, yb in enumerate(ys):
+        for j, xb in enumerate(xs):
+            if yb.size == 0 or xb.size == 0:
+                continue
+            box = (slice(yb[0], yb[-1] + 1), slice(xb[0], xb[-1] + 1))
+            k = keep[box]
+            total = float(e0[box][k].sum())
+            if k.mean() >= MIN_BLOCK_TISSUE and total > 0:
+                out[i, j] = min(1.0, float(e1[box][k].sum()) / total)
+    return out
+
+
+def focus_score(pixels: np.ndarray, rule: TissueRule | None, *, rgb: bool) -> np.ndarray:
+    """(BLOCKS, BLOCKS) block focus scores of one tile (:func:`block_detail`, 0 sharp … 1 blurred) over its
+    tissue and a 4-px rim around it: luminance of RGB, else the tile's one channel (the rule's channel,
+    read alone). The whole tile when less than 1 % of it is tissue."""
+    gray = rgb2gray(pixels[..., :3]) * 255.0 if rgb else pixels[..., 0]
     mask = None
     if rule is not None:
         mask = ndimage.binary_dilation(rule.pixels(pixels) if rgb else replace(rule, channel=0).pixels(pixels), iterations=4)
         mask = mask if mask.mean() >= 0.01 else None
-    return blur_effect(gray, mask)
+    return block_detail(gray, mask, blocks=BLOCKS)
 
 
 def _focus_pixels(slide: Slide, level: int, box: tuple[int, int, int, int], downsample: int, channels: tuple[int, ...]) -> np.ndarray:
@@ -248,17 +282,17 @@ def focus_scores(
     workers: int = 2,
     progress: Callable[[Iterable], Iterable] | None = None,
 ) -> np.ndarray:
-    """(rows, cols) focus scores of the tiles where ``tissue`` is True (NaN elsewhere), ``workers`` tiles at a time."""
+    """(rows, cols, BLOCKS, BLOCKS) block focus scores of the tiles where ``tissue`` is True (NaN elsewhere), ``workers`` tiles at a time."""
     if downsample < 1:
         raise ValueError(f"focus downsample={downsample!r}; allowed: an integer >= 1")
     rgb = slide.info.photometric in ("rgb", "rgba")
     channels = (0, 1, 2) if rgb else (channel,)
     todo = [(r, c) for r in range(grid.shape[0]) for c in range(grid.shape[1]) if tissue[r, c]]
 
-    def score(rc: tuple[int, int]) -> float:
+    def score(rc: tuple[int, int]) -> np.ndarray:
         return focus_score(_focus_pixels(slide, level, grid.box(*rc), downsample, channels), rule, rgb=rgb)
 
-    out = np.full(grid.shape, np.nan, np.float32)
+    out = np.full((*grid.shape, BLOCKS, BLOCKS), np.nan, np.float32)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         results = pool.map(score, todo)
         for rc, value in zip(todo, progress(results) if progress else results):
@@ -278,15 +312,20 @@ class Analysis:
     rule: TissueRule
 
 
-def analyse(slide: Slide, level: int, grid: TileGrid, *, channel: int, downsample: int = 1, workers: int = 2,
-            progress: Callable[[int], Callable[[Iterable], Iterable]] | None = None) -> Analysis:  # fmt: skip
-    """Thumbnail, tissue rule and mask, tissue share and focus score of every tile of ``level`` (module
-    docstring); ``progress(n)`` wraps the iteration over the n tiles scored."""
+def find_tissue(slide: Slide, level: int, grid: TileGrid, *, channel: int) -> tuple[Thumbnail, TissueRule, np.ndarray, np.ndarray]:
+    """(thumbnail, tissue rule, tissue mask, per-tile tissue share) of ``level``."""
     info = slide.info
     thumb = thumbnail(slide, level, tile=grid.tile)
     rule = tissue_rule(thumb, photometric=info.photometric, channel=channel, dtype=info.dtype)
     mask = tissue_mask(thumb, rule, photometric=info.photometric)
-    tissue = tissue_fractions(mask, thumb, grid)
+    return thumb, rule, mask, tissue_fractions(mask, thumb, grid)
+
+
+def analyse(slide: Slide, level: int, grid: TileGrid, *, channel: int, downsample: int = 1, workers: int = 2,
+            progress: Callable[[int], Callable[[Iterable], Iterable]] | None = None) -> Analysis:  # fmt: skip
+    """Thumbnail, tissue rule and mask, tissue share and focus score of every tile of ``level`` (module
+    docstring); ``progress(n)`` wraps the iteration over the n tiles scored."""
+    thumb, rule, mask, tissue = find_tissue(slide, level, grid, channel=channel)
     bar = progress(int((tissue > 0).sum())) if progress else None
     scores = focus_scores(slide, level, grid, tissue > 0, channel=channel, rule=rule, downsample=downsample, workers=workers, progress=bar)
     return Analysis(tissue, scores, thumb, mask, rule)
@@ -294,10 +333,14 @@ def analyse(slide: Slide, level: int, grid: TileGrid, *, channel: int, downsampl
 
 @dataclass(frozen=True)
 class Decisions:
-    """Per tile: tissue share, focus score, label (background / in focus / blurry) and whether it is restored."""
+    """Per tile: tissue share, focus score (the median of its blocks'), the share of its scored blocks
+    found blurred, label (background / in focus / blurry) and whether it is restored; ``threshold``: the
+    block score from which a block is blurred; ``reference``: the slide's in-focus block score."""
 
     tissue: np.ndarray
     scores: np.ndarray
+    blocks: np.ndarray
+    shares: np.ndarray
     labels: np.ndarray
     restored: np.ndarray
     threshold: float | None
@@ -305,22 +348,53 @@ class Decisions:
     rule: str
 
 
-def decide(tissue: np.ndarray, scores: np.ndarray, *, restore: str, min_tissue: float, threshold: float | None, margin: float) -> Decisions:
-    """Label every tile and choose the restored ones (module docstring)."""
+def tile_scores(blocks: np.ndarray) -> np.ndarray:
+    """(rows, cols): each tile's median block score, NaN where no block is scored."""
+    flat = blocks.reshape(*blocks.shape[:2], -1)
+    scored = np.isfinite(flat).any(axis=-1)
+    out = np.full(blocks.shape[:2], np.nan, np.float32)
+    out[scored] = np.nanmedian(flat[scored], axis=-1)
+    return out
+
+
+def blurred_shares(blocks: np.ndarray, cut: float | None) -> np.ndarray:
+    """(rows, cols): the share of each tile's scored blocks whose score is at least ``cut`` (NaN: none scored)."""
+    flat = blocks.reshape(*blocks.shape[:2], -1)
+    scored = np.isfinite(flat)
+    n = scored.sum(axis=-1)
+    hits = (scored & (np.nan_to_num(flat, nan=-1.0) >= cut)).sum(axis=-1) if cut is not None else np.zeros(n.shape)
+    return np.where(n > 0, hits / np.maximum(n, 1), np.nan).astype(np.float32)
+
+
+def decide(tissue: np.ndarray, blocks: np.ndarray, *, restore: str, min_tissue: float, threshold: float | None, margin: float) -> Decisions:
+    """Label every tile and choose the restored ones (module docstring). ``blocks``: (rows, cols, B, B) block scores."""
     check_choice("restore", restore, RESTORE_MODES)
     is_tissue = tissue >= min_tissue
-    valid = scores[is_tissue & np.isfinite(scores)]
+    valid = blocks[is_tissue][np.isfinite(blocks[is_tissue])]
     reference = float(np.percentile(valid, REFERENCE_PERCENTILE)) if valid.size else None
     if threshold is not None:
-        cut, rule = float(threshold), f"focus score >= {threshold:g} (absolute)"
+        cut, rule = float(threshold), f"block focus score >= {threshold:g} (absolute)"
     elif reference is not None:
-        cut, rule = reference + margin, f"focus score >= in-focus reference {reference:.3f} (25th percentile of tissue tiles) + margin {margin:g}"
+        cut = relative_cut(reference, margin)
+        rule = f"block focus score >= {cut:.3f}: the in-focus reference {reference:.3f} (25th percentile of tissue blocks) raised by margin {margin:g}"
     else:
         cut, rule = None, "no tissue"
-    blurry = is_tissue & (scores >= cut) if cut is not None else np.zeros_like(is_tissue)
+    shares = blurred_shares(blocks, cut)
+    blurry = is_tissue & (np.nan_to_num(shares, nan=0.0) >= BLURRED_SHARE)
     labels = np.where(~is_tissue, LABELS[0], np.where(blurry, LABELS[2], LABELS[1]))
     restored = is_tissue if restore == "all" else blurry
-    return Decisions(tissue, scores, labels, restored, cut, reference, rule if restore == "blurry" else "all tissue tiles")
+    rule = f"{rule}; a tile is blurry when at least {BLURRED_SHARE:.0%} of its tissue blocks are" if restore == "blurry" else "all tissue tiles"
+    return Decisions(tissue, tile_scores(blocks), blocks, shares, labels, restored, cut, reference, rule)
+
+
+def relative_cut(reference: float, margin: float) -> float:
+    """The block score from which a block is blurred: the reference raised to the power 1 − ``margin``.
+
+    On the log scale of the score (−log E1/E0, the fine detail a block holds), a block is blurred when it
+    holds less than 1 − margin of the detail of the slide's in-focus reference. A power, not a sum,
+    because a defocus removes a share of the detail whatever the tissue held to begin with.
+    """
+    return float(reference ** (1.0 - margin))
 
 
 def decisions_frame(grid: TileGrid, d: Decisions) -> pd.DataFrame:
@@ -328,11 +402,12 @@ def decisions_frame(grid: TileGrid, d: Decisions) -> pd.DataFrame:
     rows = []
     for r, y in enumerate(grid.ys):
         for c, x in enumerate(grid.xs):
-            score = d.scores[r, c]
+            score, share = d.scores[r, c], d.shares[r, c]
             rows.append({
                 "row": r, "col": c, "y": y, "x": x, "height": grid.th, "width": grid.tw,
                 "tissue_fraction": round(float(d.tissue[r, c]), 4),
                 "focus_score": round(float(score), 5) if np.isfinite(score) else None,
+                "blurred_share": round(float(share), 4) if np.isfinite(share) else None,
                 "label": str(d.labels[r, c]), "restored": bool(d.restored[r, c]),
             })  # fmt: skip
     return pd.DataFrame(rows)

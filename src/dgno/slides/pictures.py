@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from dgno.io import atomic_path  # noqa: E402
-from dgno.slides.focus import Decisions, Thumbnail  # noqa: E402
+from dgno.slides.focus import BLURRED_SHARE, LABELS, Decisions, Thumbnail  # noqa: E402
 from dgno.slides.grid import TileGrid  # noqa: E402
 
 
@@ -98,6 +98,32 @@ def focus_check_map(path: Path, thumb: Thumbnail, mask: np.ndarray, grid: TileGr
     ax.legend(handles, [f"{n}: {counts[n]}" for n in CHECK_COLOURS], loc="lower left", fontsize=7, framealpha=0.8)
     ax.set_title(title, fontsize=8)
     ax.set_axis_off()
+    _save(fig, path)
+
+
+def focus_report(path: Path, decisions: Decisions, *, title: str) -> None:
+    """Write the focus report: left, every tile's share of blurred tissue blocks (the tile's score) on the
+    slide's grid, the tiles at or above the share that makes a tile blurry framed; right, the histogram of
+    all block scores with the slide's in-focus reference and the block threshold."""
+    d = decisions
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5), gridspec_kw={"width_ratios": [1.3, 1]})
+    shares = np.ma.masked_invalid(np.where(d.labels != LABELS[0], d.shares, np.nan))
+    im = left.imshow(shares, cmap="magma", vmin=0.0, vmax=1.0, interpolation="nearest")
+    for r, c in zip(*np.nonzero(d.restored)):
+        left.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="cyan", linewidth=1.2))
+    fig.colorbar(im, ax=left, fraction=0.04, label=f"share of the tile's tissue blocks blurred (blurry from {BLURRED_SHARE:.2f}, framed: restored)")
+    left.set_xlabel("tile column")
+    left.set_ylabel("tile row")
+    values = d.blocks[d.labels != LABELS[0]]
+    values = values[np.isfinite(values)]
+    right.hist(values, bins=60, range=(0.0, 1.0), color="0.45")
+    for value, colour, name in ((d.reference, "green", "in-focus reference"), (d.threshold, "red", "block threshold")):
+        if value is not None:
+            right.axvline(value, color=colour, label=f"{name} {value:.3f}")
+    right.set_xlabel("block focus score (0 sharp … 1 blurred)")
+    right.set_ylabel("tissue blocks")
+    right.legend(fontsize=8)
+    fig.suptitle(title, fontsize=8)
     _save(fig, path)
 
 
