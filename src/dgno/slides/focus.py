@@ -18,20 +18,25 @@ least ``MIN_SEPARATION`` standard deviations of the glass side from the glass si
 noise alone gives about 1.7), else the slide holds no tissue. A tile is tissue when at least
 ``min_tissue`` of its area is; only tissue tiles are ever sent to the network.
 
-**Focus.** The blur effect of Crété-Roffet et al. (2007, "The blur effect: perception and estimation
-with a new no-reference perceptual blur metric"; ``skimage.measure.blur_effect``): how much of a
-tile's local variation survives a strong re-blur, from 0 (sharp) to 1 (blurred). It is a ratio, so
-stain intensity and contrast cancel. It is measured on each tissue tile at the resolution being restored
-(``focus_downsample`` 1): a 2× reduction already cuts the difference between sharp tissue and a
-σ = 2 px defocus by three, a 4× reduction erases it (docs/slides.md, benchmarks/cpu/slide_focus_threshold.py).
+**Focus.** Each tissue tile is cut into ``BLOCKS`` × ``BLOCKS`` blocks (64 px of a 512-px tile), and
+each block scores E1 / E0 over its tissue (:func:`block_detail`): the share of its gradient energy that
+survives a Gaussian re-blur of 1 px, 0 for sharp … 1 for blurred. A defocus removes the finest scale
+first, which is where in-focus tissue holds much of its gradient energy and a defocused one none; being
+a ratio of the same tissue's energies, the score does not depend on stain density or contrast, so pale
+stroma and dense nuclei score alike when both are in focus. It is measured at the resolution being
+restored (``focus_downsample`` 1): a reduction removes exactly the scale it measures.
 
-**Decision.** A tissue tile is blurry when its score exceeds the slide's in-focus reference, the
-25th percentile of all tissue tiles' scores, by ``margin`` (default 0.10, chosen on synthetic
-slides: benchmarks/cpu/slide_focus_threshold.py, docs/slides.md). Relative, because the
-score of sharp tissue depends on the tissue, the stain and the scanner's optics and compression, while a
-defocus raises it above the slide's own in-focus level; the reference holds as long as at least a
-quarter of the tissue is in focus, which is what a scanner's local focus failures leave. For a slide
-that is out of focus nearly everywhere, ``threshold`` sets an absolute score instead (or restore all).
+**Decision.** The slide's in-focus reference is the 25th percentile of all its tissue blocks' scores
+(the sharpest quarter); a block is blurred when its score reaches ``reference ** (1 − margin)``
+(:func:`relative_cut`, default margin 0.40): on the log scale of the score, it holds less than 60 % of
+the fine detail of the slide's in-focus tissue. A tile is blurry when at least ``BLURRED_SHARE`` (35 %)
+of its scored blocks are, so a tile whose tissue is a third or more out of focus is restored. Relative
+to the slide, because scanners' optics and JPEG quality set how much fine detail sharp tissue keeps;
+the reference holds as long as a quarter of the tissue is in focus. The margin and the share were
+chosen on the dev slides of the real-tissue benchmark (benchmarks/cpu/slide_focus_real.py, docs/slides.md)
+and checked on its held-out slides and on generated ones (benchmarks/cpu/slide_focus_threshold.py).
+For a slide out of focus nearly everywhere, ``threshold`` sets an absolute block score instead (or
+restore all).
 """
 
 from __future__ import annotations
@@ -186,33 +191,6 @@ def tissue_fractions(mask: np.ndarray, thumb: Thumbnail, grid: TileGrid) -> np.n
             x0, x1 = int(x / sx), max(int(x / sx) + 1, math.ceil((x + grid.tw) / sx))
             out[r, c] = float(mask[y0:y1, x0:x1].mean()) if mask[y0:y1, x0:x1].size else 0.0
     return out
-
-
-def blur_effect(gray: np.ndarray, mask: np.ndarray | None = None, *, h_size: int = 11) -> float:
-    """The blur effect of Crété-Roffet et al. (2007) of a 2-D image, over the pixels of ``mask``.
-
-    Along each axis: D = |Sobel derivative of the image|, D_b = the same of the image re-blurred by an
-    ``h_size`` box along that axis, and the blur is 1 − Σ max(0, D − D_b) / Σ D: the share of the local
-    variation that a strong re-blur does not remove. Sharp detail is mostly removed (→ 0); an image
-    already blurred loses little (→ 1). The larger of the two axes is returned. With ``mask`` None this
-    is ``skimage.measure.blur_effect``; a mask sums over the tissue only, so the glass at the edge of the
-    section (flat, with sensor noise) does not pull a tile's score towards "sharp".
-    """
-    img = gray.astype(np.float64)
-    keep = np.zeros(img.shape, bool)
-    keep[2:-1, 2:-1] = True  # derivatives at the border see the padding
-    if mask is not None:
-        keep &= mask
-    if not keep.any():
-        return math.nan
-    scores = []
-    for axis in (0, 1):
-        sharp = np.maximum(np.abs(ndimage.sobel(img, axis=axis)), 1e-10)
-        reblurred = np.maximum(np.abs(ndimage.sobel(ndimage.uniform_filter1d(img, h_size, axis=axis), axis=axis)), 1e-10)
-        present = float(sharp[keep].sum())
-        lost = float(np.maximum(sharp - reblurred, 0.0)[keep].sum())
-        scores.append(abs(present - lost) / present)
-    return max(scores)
 
 
 def block_detail(gray: np.ndarray, mask: np.ndarray | None, *, blocks: int) -> np.ndarray:
