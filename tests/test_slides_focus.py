@@ -85,21 +85,51 @@ def test_block_score_tells_defocus_from_stain_density():
     assert np.isnan(masked).all()  # no tissue, no score
 
 
-def test_a_tile_is_blurry_when_35_percent_of_its_blocks_exceed_the_raised_reference():
+def test_window_scores_are_steady_inside_a_region_and_place_its_edge_to_a_cell_or_two():
+    gray = ts.load("skimage-ihc").astype(np.float32).mean(-1)
+    half = gray.copy()
+    half[:, 256:] = ndimage.gaussian_filter(gray, 2.5)[:, 256:]  # the right half defocused
+    cells = fm.block_detail(half, None, blocks=32, window=fm.WINDOW)
+    sharp, blurred = np.nanmedian(cells[:, :12]), np.nanmedian(cells[:, 20:])
+    cut = fm.relative_cut(sharp, fm.FOCUS_MARGIN)
+    assert blurred > cut > sharp
+    found = (cells >= cut).mean(axis=0)  # per cell column: the share of rows found blurred
+    assert found[:13].max() < 0.3 and found[19:].min() > 0.7  # the edge at column 16, within three cells
+
+
+def test_a_tile_is_blurry_when_40_percent_of_its_area_is_and_glass_counts_as_in_focus():
     rng = np.random.default_rng(0)
-    blocks = rng.uniform(0.10, 0.20, (3, 4, 8, 8)).astype(np.float32)
-    blocks[0, 0, :3] = 0.9  # 24 of 64 blocks blurred: 37.5 %
-    blocks[0, 1, :2] = 0.9  # 16 of 64: 25 %
+    blocks = rng.uniform(0.10, 0.20, (3, 4, 10, 10)).astype(np.float16)
+    blocks[0, 0, :5] = 0.9  # half the cells blurred
+    blocks[0, 1, :3] = 0.9  # 30 %
+    blocks[1, 0, :4] = 0.9  # 40 % blurred ...
+    blocks[1, 0, 4:] = np.nan  # ... the rest glass: 40 % of the area
+    blocks[1, 1, :3] = 0.9
+    blocks[1, 1, 3:] = np.nan  # all its tissue blurred, but 30 % of its area
     blocks[2, 3] = np.nan  # glass
     tissue = np.ones((3, 4))
     tissue[2, 3] = 0.0
-    d = fm.decide(tissue, blocks, restore="blurry", min_tissue=0.05, threshold=None, margin=0.4)
-    assert d.threshold == pytest.approx(fm.relative_cut(d.reference, 0.4)) == pytest.approx(d.reference**0.6)
-    assert d.restored[0, 0] and not d.restored[0, 1] and d.restored.sum() == 1
-    assert d.shares[0, 0] == pytest.approx(0.375) and np.isnan(d.shares[2, 3]) and d.labels[2, 3] == "background"
+    d = fm.decide(tissue, blocks, restore="blurry", min_tissue=0.05, threshold=None, margin=fm.FOCUS_MARGIN)
+    assert d.threshold == pytest.approx(fm.relative_cut(d.reference, fm.FOCUS_MARGIN)) == pytest.approx(d.reference ** (1 - fm.FOCUS_MARGIN))
+    assert d.restored[0, 0] and d.restored[1, 0] and not d.restored[0, 1] and not d.restored[1, 1] and d.restored.sum() == 2
+    assert d.shares[0, 0] == pytest.approx(0.5) and d.shares[1, 1] == pytest.approx(0.3) and np.isnan(d.shares[2, 3]) and d.labels[2, 3] == "background"
     absolute = fm.decide(tissue, blocks, restore="blurry", min_tissue=0.05, threshold=0.95, margin=0.4)
     assert not absolute.restored.any() and absolute.threshold == 0.95
     assert fm.decide(tissue, blocks, restore="all", min_tissue=0.05, threshold=None, margin=0.4).restored.sum() == 11
+    assert fm.cells_per_side(512) == 32 and fm.cells_per_side(256) == 16 and fm.cells_per_side(5) == 1
+
+
+def test_benchmark_regions_lie_on_tissue_and_the_plan_holds_slides_laid_out_as_the_independent_check():
+    from dgno.data import focus_bench_plan as plan
+
+    footprint = np.zeros((200, 200), bool)
+    footprint[:, :100] = True  # tissue on the left half, at the plan's coarse scale
+    k = plan.COARSE
+    assert plan.on_tissue(Area("rectangle", 10 * k, 10 * k, 60 * k, 60 * k), footprint) == pytest.approx(1.0)
+    assert plan.on_tissue(Area("rectangle", 10 * k, 80 * k, 60 * k, 120 * k), footprint) == pytest.approx(0.5)
+    checks = [row for row in plan.PLAN if "check" in row[4]]
+    assert {row[1] for row in checks} == {"dev", "held-out"} and all(row[2] == ("whole:cmu-aperio",) for row in checks if row[1] == "held-out")
+    assert len(plan.PLAN) >= 20 and len({row[0] for row in plan.PLAN}) == len(plan.PLAN)
 
 
 def test_focus_pictures_of_a_decision_and_of_its_disagreement_with_the_truth(tmp_path):
@@ -112,7 +142,10 @@ def test_focus_pictures_of_a_decision_and_of_its_disagreement_with_the_truth(tmp
     thumb = fm.Thumbnail(np.full((63, 63, 3), 200.0, np.float32), (1000 / 63, 1000 / 63))
     truth = np.zeros((3, 3), bool)
     truth[0, 0] = truth[1, 1] = True
-    focus_check_map(tmp_path / "c.png", thumb, np.ones((63, 63), bool), grid, d, truth, picture=thumb.image / 255.0, title="check")
+    regions = np.zeros((63, 63), bool)
+    regions[20:40, 20:40] = True
+    focus_check_map(tmp_path / "c.png", thumb, np.ones((63, 63), bool), grid, d, truth, picture=thumb.image / 255.0, title="check",
+                    regions=regions, truth_shares=np.full((3, 3), 0.25))  # fmt: skip
     assert (tmp_path / "r.png").stat().st_size > 5000 and (tmp_path / "c.png").stat().st_size > 3000
 
 

@@ -253,6 +253,20 @@ class Built:
     tissue: np.ndarray
 
 
+def _add_fat_footprint(footprint: np.ndarray, areas: tuple[Area, ...]) -> None:
+    for area in areas:
+        view = footprint[area.y0 : area.y1, area.x0 : area.x1]
+        np.maximum(view, area.mask()[: view.shape[0], : view.shape[1]], out=view)
+
+
+def tissue_footprint(spec: BenchSlide) -> np.ndarray:
+    """Boolean (H, W): where the slide of ``spec`` holds tissue (fragments' outlines and fat), the same as
+    :func:`build`'s ``tissue`` without drawing the rest; what a plan needs to lay defocus on tissue."""
+    _, footprint = _lay_fragments(spec, np.random.default_rng([spec.seed, 44]))
+    _add_fat_footprint(footprint, spec.fat)
+    return footprint > 0.5
+
+
 def build(spec: BenchSlide) -> Built:
     """The slide of ``spec`` (module docstring), deterministic for its seed."""
     rng = np.random.default_rng([spec.seed, 44])
@@ -261,7 +275,7 @@ def build(spec: BenchSlide) -> Built:
         _make_pale(image, area, rng)
     for area in spec.fat:
         _make_fat(image, area, rng, cell=FAT_CELL_UM / spec.mpp)
-        footprint[area.y0 : area.y1, area.x0 : area.x1] = np.maximum(footprint[area.y0 : area.y1, area.x0 : area.x1], area.mask())
+    _add_fat_footprint(footprint, spec.fat)
     _draw_pens(image, spec.pens, rng)
     blurred = _defocus(image, spec.regions)
     image += 1.5 * rng.standard_normal(image.shape, dtype=np.float32)

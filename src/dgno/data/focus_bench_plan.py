@@ -7,18 +7,28 @@ holds (``dgno.data.focus_bench``):
   as a 20× scan), or the CMU Aperio region whole, turned and mirrored;
 * defocus: two or three regions, rectangle, ellipse, blob or band, 300 to 1800 px, PSF and σ varying
   from slide to slide over σ = 1, 1.5, 2, 2.5, 3, 4 px and the four PSF kinds;
+* defocus lies on tissue: a region is laid only where at least ``MIN_REGION_TISSUE`` of it covers the
+  tissue's outline (where none fits, the slide has one region fewer), so the truth counts tile area a
+  focus measure can see (blurring empty glass changes nothing);
 * what makes it hard, by tag: ``pale`` (a pale area with a region inside it), ``fat`` (adipocytes with a
-  region across them), ``pen`` (ink strokes, one through a region), ``dense`` (nuclei-rich tumour).
+  region across them), ``pen`` (ink strokes, one through a region), ``dense`` (nuclei-rich tumour);
+* ``check``: laid out as an independent check of the focus map was: two rectangles of tissue 600-700 px
+  across, defocused by a disc then a Gaussian.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
 import numpy as np
 
-from dgno.data.focus_bench import BLUR_KINDS, Area, BenchSlide, Blur, Fragment, Region, turned
+from dgno.data.focus_bench import BLUR_KINDS, SHAPES, Area, BenchSlide, Blur, Fragment, Region, tissue_footprint, turned
 from dgno.data.tissue_sources import source
 
 SIGMAS = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0)
+MIN_REGION_TISSUE = 0.85  # a defocused region covers at least this share of tissue
+COARSE = 8  # the tissue outline is checked on every 8th pixel
 
 # name, split, fragments' sources (one "whole:" source: the CMU region laid whole), 2× reduction, tags
 PLAN: tuple[tuple[str, str, tuple[str, ...], int, tuple[str, ...]], ...] = (
@@ -46,6 +56,12 @@ PLAN: tuple[tuple[str, str, tuple[str, ...], int, tuple[str, ...]], ...] = (
     ("held-tia-b", "held-out", ("tia-target", "tia-target", "tia-target"), 2, ("dense", "pen")),
     ("held-tia-pale", "held-out", ("tia-target", "tia-target", "tia-target", "tia-target"), 1, ("pale", "dense")),
     ("held-tia-fat", "held-out", ("tia-target", "tia-target", "tia-target"), 1, ("fat", "dense")),
+    ("dev-check-a", "dev", ("hgsc-nest", "hgsc-stroma", "hgsc-nest", "hgsc-stroma"), 2, ("check",)),
+    ("dev-check-b", "dev", ("hgsc-stroma", "hgsc-nest", "hgsc-stroma"), 1, ("check",)),
+    ("dev-check-c", "dev", ("hgsc-stroma", "hgsc-nest", "hgsc-nest"), 2, ("check",)),
+    ("held-cmu-check-a", "held-out", ("whole:cmu-aperio",), 1, ("check",)),
+    ("held-cmu-check-b", "held-out", ("whole:cmu-aperio",), 1, ("check",)),
+    ("held-cmu-check-c", "held-out", ("whole:cmu-aperio",), 1, ("check",)),
 )  # fmt: skip
 
 
@@ -100,17 +116,58 @@ def _overlaps(a: Area, others: list[Area], gap: int = 64) -> bool:
     return any(a.y0 < o.y1 + gap and o.y0 < a.y1 + gap and a.x0 < o.x1 + gap and o.x0 < a.x1 + gap for o in others)
 
 
-def _regions(rng: np.random.Generator, size: tuple[int, int], boxes: list, count: int, first: list[Area], index: int) -> tuple[Region, ...]:
-    """``count`` defocused regions that do not overlap, the ``first`` areas' included; σ and PSF kind vary with ``index``."""
+def on_tissue(area: Area, footprint: np.ndarray) -> float:
+    """The share of ``area`` that covers tissue, on the coarse ``footprint`` (every ``COARSE``-th pixel;
+    the area drawn at that scale: a blob's outline scales with its box)."""
+    y0, x0 = area.y0 // COARSE, area.x0 // COARSE
+    inside = replace(area, y0=y0, x0=x0, y1=max(y0 + 2, area.y1 // COARSE), x1=max(x0 + 2, area.x1 // COARSE)).mask()
+    under = footprint[y0 : y0 + inside.shape[0], x0 : x0 + inside.shape[1]]
+    inside = inside[: under.shape[0], : under.shape[1]]
+    return float(under[inside].mean()) if inside.any() else 0.0
+
+
+def _on_tissue_area(footprint: np.ndarray, draws: tuple[Callable[[], Area], ...], others: list[Area]) -> Area | None:
+    """The first area of up to 200 of each of ``draws`` in turn that keeps clear of ``others`` and lies on
+    tissue (None when none does: the slide gets fewer regions)."""
+    for draw in draws:
+        for _ in range(200):
+            a = draw()
+            if not _overlaps(a, others) and on_tissue(a, footprint) >= MIN_REGION_TISSUE:
+                return a
+    return None
+
+
+def _regions(rng: np.random.Generator, size: tuple[int, int], boxes: list, footprint: np.ndarray, count: int, first: list[Area], index: int, check: bool) -> tuple[Region, ...]:
+    """``count`` defocused regions on tissue that do not overlap, the ``first`` areas' included; σ and PSF
+    kind vary with ``index`` (a ``check`` slide: rectangles 600-700 px, disc then Gaussian). Where no
+    region of the drawn shape fits on tissue, a compact one (rectangle or ellipse, 450-800 px) is drawn."""
     areas = list(first)
-    for _ in range(200):
-        if len(areas) >= count:
+
+    def draw() -> Area:
+        if check:
+            return _area(rng, size, _centre(rng, boxes), "rectangle", (600, 700))
+        return _area(rng, size, _centre(rng, boxes), SHAPES[int(rng.integers(0, 4))], (450, 1100))
+
+    def compact() -> Area:
+        return _area(rng, size, _centre(rng, boxes), SHAPES[int(rng.integers(0, 2))], (450, 800))
+
+    while len(areas) < count:
+        a = _on_tissue_area(footprint, (draw, compact), areas)
+        if a is None:
             break
-        shape = ("rectangle", "ellipse", "blob", "band")[int(rng.integers(0, 4))]
-        a = _area(rng, size, _centre(rng, boxes), shape, (450, 1100))
-        if not _overlaps(a, areas):
-            areas.append(a)
-    return tuple(Region(a, Blur(BLUR_KINDS[(index + k) % len(BLUR_KINDS)], SIGMAS[(index + 2 * k) % len(SIGMAS)])) for k, a in enumerate(areas))
+        areas.append(a)
+    kinds = [("disk+gaussian" if check else BLUR_KINDS[(index + k) % len(BLUR_KINDS)]) for k in range(len(areas))]
+    return tuple(Region(a, Blur(kind, SIGMAS[(index + 2 * k) % len(SIGMAS)])) for k, (a, kind) in enumerate(zip(areas, kinds)))
+
+
+def _across(rng: np.random.Generator, size: tuple[int, int], hard: Area) -> Callable[[], Area]:
+    """Draws of a 500-800 px rectangle near the middle of ``hard`` (within 250 px of it)."""
+    cy, cx = (hard.y0 + hard.y1) // 2, (hard.x0 + hard.x1) // 2
+
+    def draw() -> Area:
+        return _area(rng, size, (cy + int(rng.integers(-250, 251)), cx + int(rng.integers(-250, 251))), "rectangle", (500, 800))
+
+    return draw
 
 
 def benchmark_slides(split: str | None = None) -> list[BenchSlide]:
@@ -123,11 +180,14 @@ def benchmark_slides(split: str | None = None) -> list[BenchSlide]:
         frags, size, boxes = _fragments(rng, names, reduce)
         pale = (_area(rng, size, _centre(rng, boxes), "blob", (900, 1500)),) if "pale" in tags else ()
         fat = (_area(rng, size, _centre(rng, boxes), "blob", (700, 1200)),) if "fat" in tags else ()
-        first = []
-        for hard in (*pale, *fat):  # a defocused region across each hard area
-            cy, cx = (hard.y0 + hard.y1) // 2, (hard.x0 + hard.x1) // 2
-            first.append(_area(rng, size, (cy + int(rng.integers(-150, 151)), cx + int(rng.integers(-150, 151))), "rectangle", (500, 800)))
-        regions = _regions(rng, size, boxes, 3 if max(size) > 2400 else 2, first[:2], index)
         mpp = min(source(f.source).mpp * f.reduce for f in frags)
-        out.append(BenchSlide(name, sp, 4400 + index, size, frags, regions, pale, fat, pens=3 if "pen" in tags else 0, mpp=mpp, tags=tags))
+        base = BenchSlide(name, sp, 4400 + index, size, frags, (), pale, fat, pens=3 if "pen" in tags else 0, mpp=mpp, tags=tags)
+        footprint = tissue_footprint(base)[::COARSE, ::COARSE]
+        first: list[Area] = []
+        for hard in (*pale, *fat)[:2]:  # a defocused region across each hard area
+            a = _on_tissue_area(footprint, (_across(rng, size, hard),), first)
+            first += [a] if a is not None else []
+        count = 2 if "check" in tags or max(size) <= 2400 else 3
+        regions = _regions(rng, size, boxes, footprint, count, first, index, "check" in tags)
+        out.append(replace(base, regions=regions))
     return out

@@ -43,7 +43,7 @@ from dgno.slides.reader import Slide, SlideInfo, TiffSlide, open_slide
 from dgno.slides.run import RunPlan, run_restoration
 from dgno.slides.work import WorkFolder
 
-ANALYSIS_VERSION = 3
+ANALYSIS_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -268,8 +268,8 @@ def _summary_base(info: SlideInfo, files: OutputFiles, network: SlideNetwork, dc
         "overlap": network.overlap, "blend": network.blend, "batch": network.batch,
         "normalisation": {"kind": dc.scaling.kind, "lo": dc.scaling.lo, "hi": dc.scaling.hi, "fallback": dc.scaling.fallback},
         "restore": opts["restore"], "min_tissue": opts["min_tissue"],
-        "focus": {"measure": "fine-detail loss E1/E0 per block (gradient energy surviving a 1-px Gaussian re-blur): 0 sharp ... 1 blurred",
-                  "blocks_per_tile_side": fm.BLOCKS, "blurred_share": fm.BLURRED_SHARE,
+        "focus": {"measure": "fine-detail loss E1/E0 over a window about each cell (gradient energy surviving a 1-px Gaussian re-blur): 0 sharp ... 1 blurred",
+                  "cells_per_tile_side": int(d.blocks.shape[-1]), "window_cells": fm.WINDOW, "blurred_share": fm.BLURRED_SHARE,
                   "downsample": opts["focus_downsample"], "reference": d.reference, "margin": opts["margin"], "threshold": d.threshold, "rule": d.rule},
         "tiles": {"total": int(d.labels.size), "tissue": tissue, "blurry": int((d.labels == fm.LABELS[2]).sum()), "restored": int(d.restored.sum())},
         "tissue_restored_fraction": int(d.restored.sum()) / tissue if tissue else 0.0,
