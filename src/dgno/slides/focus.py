@@ -30,8 +30,8 @@ at the resolution being restored (``focus_downsample`` 1): a reduction removes e
 
 **Decision.** The slide's in-focus reference is the 25th percentile of all its tissue cells' scores
 (the sharpest quarter); a cell is blurred when its score reaches ``reference ** (1 − margin)``
-(:func:`relative_cut`, default margin 0.45): on the log scale of the score, it holds less than 55 % of
-the fine detail of the slide's in-focus tissue. A tile is blurry when at least ``BLURRED_SHARE`` (40 %)
+(:func:`relative_cut`, default margin 0.30): on the log scale of the score, it holds less than 70 % of
+the fine detail of the slide's in-focus tissue. A tile is blurry when at least ``BLURRED_SHARE`` (45 %)
 of its area, counted in cells, is; glass counts as in focus (nothing there to restore). Relative to the
 slide, because scanners' optics and JPEG quality set how much fine detail sharp tissue keeps; the
 reference holds as long as a quarter of the tissue is in focus. The cell size, window, margin and share
@@ -66,16 +66,16 @@ GLASS_MARGIN_OD = 0.01  # the tissue threshold's distance above the slide's own 
 GLASS_PERCENTILE = 99.0  # the thumbnail's brightest pixels: glass, when brighter than the palest tissue
 MIN_SEPARATION = 3.0  # fluorescence: tissue-side median minus glass-side median, in glass-side standard deviations
 REFERENCE_PERCENTILE = 25.0
-FOCUS_MARGIN = 0.45
+FOCUS_MARGIN = 0.30
 MIN_TISSUE = 0.05
 CELL_PX = 16  # focus is scored on cells of about 16 px (32 × 32 cells of a 512-px tile) ...
 WINDOW = 5  # ... each over the window of 5 × 5 cells about it (80 px)
 DETAIL_SIGMA = 1.0  # px: the re-blur of the focus score
 MIN_BLOCK_TISSUE = 0.1  # a window with less tissue is not scored
-BLURRED_SHARE = 0.40  # a tile is blurry when at least this share of its area (its cells) is
+BLURRED_SHARE = 0.45  # a tile is blurry when at least this share of its area (its cells) is
 RESTORE_MODES = ("blurry", "all")
-DECISION = ("fine-detail loss E1/E0 over 80-px windows about 16-px cells; cell blurred above the 25th-percentile reference ** (1 - margin 0.45); "
-            "tile blurry when >= 40 % of its area (cells) is")
+DECISION = ("fine-detail loss E1/E0 over 80-px windows about 16-px cells; cell blurred above the 25th-percentile reference ** (1 - margin 0.30); "
+            "tile blurry when >= 45 % of its area (cells) is")
 LABELS = ("background", "in focus", "blurry")
 
 
