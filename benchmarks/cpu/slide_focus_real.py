@@ -43,7 +43,7 @@ from dgno.slides.reader import open_slide
 
 TILE, OVERLAP = 512, 32
 OVERLAPS = (0.5, 0.25)
-PICTURE_SLIDE = "held-cmu-check-a"
+PICTURE_SLIDE = "held-cmu-check-b"
 RULES = ("area", "tissue")
 PICTURE_SCALE = 4  # slide pixels per picture pixel
 TUNING = ("The decision's cell size (16 px), window (5 cells), margin (0.30) and area share (45 %) were chosen on the dev slides only "
@@ -105,8 +105,8 @@ def write_picture(path: Path, spec: BenchSlide, built: Built, grid: TileGrid, d:
     k = PICTURE_SCALE
     picture = built.image[::k, ::k].astype(np.float32)
     thumb = fm.Thumbnail(picture, (built.image.shape[0] / picture.shape[0], built.image.shape[1] / picture.shape[1]))
-    title = (f"{spec.name} ({spec.split}; {', '.join(spec.tags) or 'plain'}): restored and truly defocused tiles (≥ 50 % of the area inside a region); "
-             "per tile: decided blurred share / true share")
+    title = (f"{spec.name} ({spec.split}; {', '.join(spec.tags) or 'plain'}): restored and truly defocused tiles (≥ 50 % of the area in a region)\n"
+             "per tissue tile: the blurred share of its area the decision found, over the true share")
     focus_check_map(path, thumb, built.tissue[::k, ::k], grid, d, truth, picture=picture / 255.0, title=title, regions=built.blurred[::k, ::k], truth_shares=shares)
 
 

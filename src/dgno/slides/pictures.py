@@ -94,7 +94,8 @@ def focus_check_map(path: Path, thumb: Thumbnail, mask: np.ndarray, grid: TileGr
             if kind:
                 overlay[int(y0 / sy) : int(np.ceil(y1 / sy)), int(x0 / sx) : int(np.ceil(x1 / sx))] = CHECK_COLOURS[kind]
             if truth_shares is not None and decisions.labels[r, c] != LABELS[0]:
-                ax.text((x0 + x1) / 2 / sx, (y0 + y1) / 2 / sy, f"{decisions.shares[r, c]:.2f}\n{truth_shares[r, c]:.2f}", ha="center", va="center", fontsize=6, color="black")
+                ax.text((x0 + x1) / 2 / sx, (y0 + y1) / 2 / sy, f"{decisions.shares[r, c]:.2f}\n{truth_shares[r, c]:.2f}", ha="center", va="center", fontsize=7,
+                        color="black", bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "alpha": 0.7, "linewidth": 0})  # fmt: skip
     ax.imshow(picture, interpolation="nearest")
     ax.imshow(overlay, interpolation="nearest")
     for y0, _ in ys[1:]:
