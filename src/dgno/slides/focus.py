@@ -215,9 +215,9 @@ def block_detail(gray: np.ndarray, mask: np.ndarray | None, *, blocks: int, wind
     ``DETAIL_SIGMA`` px: the share of the detail that is coarser than a pixel or two. Sharp tissue keeps
     much of its gradient energy in the finest scale, which the re-blur removes (→ small); tissue already
     defocused has none there (→ near 1). A ratio, so stain density and contrast cancel. The window
-    (64 px by default, cells of 16 px) holds enough tissue for a steady ratio; the cells, finer than it,
-    place the edge of a defocused region to a cell or two. A window with less than
-    ``MIN_BLOCK_TISSUE`` of its pixels in ``mask`` scores NaN.
+    (``WINDOW`` = 5 cells of 16 px in use: 80 px) holds enough tissue for a steady ratio; the cells,
+    finer than it, place the edge of a defocused region to a cell or two. A window with less than
+    ``MIN_BLOCK_TISSUE`` of its pixels in ``mask`` scores NaN; ``window`` 1 scores each cell alone.
     """
     img = np.asarray(gray, np.float32)
     e0 = sum(g * g for g in np.gradient(img))
