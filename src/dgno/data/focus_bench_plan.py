@@ -1,11 +1,11 @@
-"""Which slides the real-tissue focus benchmark builds: 14 from the dev sources, 10 from the held-out ones.
+"""Which slides the real-tissue focus benchmark builds: 17 from the dev sources, 13 from the held-out ones.
 
 Every slide is drawn from its own seed, so a slide does not change when another is added. What each
 holds (``dgno.data.focus_bench``):
 
 * tissue: fragments of one laboratory's sources (one scanner per slide, as on a real slide) on glass, at their own scale or reduced 2× (a 40× source seen
   as a 20× scan), or the CMU Aperio region whole, turned and mirrored;
-* defocus: two or three regions, rectangle, ellipse, blob or band, 300 to 1800 px, PSF and σ varying
+* defocus: up to three regions, rectangle, ellipse, blob or band, 300 to 1800 px, PSF and σ varying
   from slide to slide over σ = 1, 1.5, 2, 2.5, 3, 4 px and the four PSF kinds;
 * defocus lies on tissue: a region is laid only where at least ``MIN_REGION_TISSUE`` of it covers the
   tissue's outline (where none fits, the slide has one region fewer), so the truth counts tile area a
