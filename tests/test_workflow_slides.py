@@ -45,12 +45,12 @@ def _smoke_with(block: dict) -> dict:
 def test_the_demo_restores_one_generated_fluorescence_slide_with_its_trained_network(demo):
     block = demo["slides"]
     assert block["network"] == {"method": "dgno-cell", "dataset": "nuclei"} and block["channel"] == "DAPI"
-    assert block["synthetic"]["demo_slide"]["kind"] == "fluorescence" and block["restore"] == "blurry" and block["focus_margin"] == 0.1  # defaults filled
+    assert block["synthetic"]["demo_slide"]["kind"] == "fluorescence" and block["restore"] == "blurry" and block["focus_margin"] == 0.3  # defaults filled
     assert slides.slide_inputs(demo) == {"demo_slide": "results/slides/synthetic/demo_slide.ome.tif"}
     assert slides.network_file(demo) == "results/train/nuclei/dgno-cell/model.pt" and slides.network_options(demo) is None
     settings = slides.restore_settings(demo)
     assert settings["network"] == {"normalise": None, "tile": 256, "overlap": 32, "tile_batch": None}
-    assert settings["restore"]["channel"] == "DAPI" and settings["restore"]["margin"] == 0.1 and "focus_margin" not in settings["restore"]
+    assert settings["restore"]["channel"] == "DAPI" and settings["restore"]["margin"] == 0.3 and "focus_margin" not in settings["restore"]
 
 
 def test_bad_slides_blocks_name_the_key_and_the_fix():

@@ -151,7 +151,7 @@ def deblur_slide(args: argparse.Namespace) -> int:
     preflight.prepare_output_dir(args.output)
     options = dict(level=args.level, mpp=args.mpp, channel=args.channel, restore=args.restore, threshold=args.threshold, margin=args.focus_margin,
                    min_tissue=args.min_tissue, focus_downsample=args.focus_downsample, compression=args.compression, overwrite=args.overwrite,
-                   dry_run=args.dry_run, workers=threads if args.threads else min(threads, 4))  # fmt: skip
+                   dry_run=args.dry_run, focus_report=args.focus_report, workers=threads if args.threads else min(threads, 4))  # fmt: skip
     failures, done, stopped = [], [], None
     for i, path in enumerate(slides):
         try:

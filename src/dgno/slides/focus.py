@@ -18,20 +18,28 @@ least ``MIN_SEPARATION`` standard deviations of the glass side from the glass si
 noise alone gives about 1.7), else the slide holds no tissue. A tile is tissue when at least
 ``min_tissue`` of its area is; only tissue tiles are ever sent to the network.
 
-**Focus.** The blur effect of Crété-Roffet et al. (2007, "The blur effect: perception and estimation
-with a new no-reference perceptual blur metric"; ``skimage.measure.blur_effect``): how much of a
-tile's local variation survives a strong re-blur, from 0 (sharp) to 1 (blurred). It is a ratio, so
-stain intensity and contrast cancel. It is measured on each tissue tile at the resolution being restored
-(``focus_downsample`` 1): a 2× reduction already cuts the difference between sharp tissue and a
-σ = 2 px defocus by three, a 4× reduction erases it (docs/slides.md, benchmarks/cpu/slide_focus_threshold.py).
+**Focus.** Each tissue tile is cut into cells of about ``CELL_PX`` (16) px, 32 × 32 cells of a 512-px
+tile, and each cell scores E1 / E0 over the tissue of the ``WINDOW`` × ``WINDOW`` cells about it (80 px;
+:func:`block_detail`): the share of the gradient energy that survives a Gaussian re-blur of 1 px, 0 for
+sharp … 1 for blurred. A defocus removes the finest scale first, which is where in-focus tissue holds
+much of its gradient energy and a defocused one none; being a ratio of the same tissue's energies, the
+score does not depend on stain density or contrast, so pale stroma and dense nuclei score alike when
+both are in focus. The window holds enough tissue for a steady ratio; the cells, finer than it, place a
+defocused region's edge to a cell or two, so a tile's blurred share is its blurred *area*. It is measured
+at the resolution being restored (``focus_downsample`` 1): a reduction removes exactly the scale it measures.
 
-**Decision.** A tissue tile is blurry when its score exceeds the slide's in-focus reference, the
-25th percentile of all tissue tiles' scores, by ``margin`` (default 0.10, chosen on synthetic
-slides: benchmarks/cpu/slide_focus_threshold.py, docs/slides.md). Relative, because the
-score of sharp tissue depends on the tissue, the stain and the scanner's optics and compression, while a
-defocus raises it above the slide's own in-focus level; the reference holds as long as at least a
-quarter of the tissue is in focus, which is what a scanner's local focus failures leave. For a slide
-that is out of focus nearly everywhere, ``threshold`` sets an absolute score instead (or restore all).
+**Decision.** The slide's in-focus reference is the 25th percentile of all its tissue cells' scores
+(the sharpest quarter); a cell is blurred when its score reaches ``reference ** (1 − margin)``
+(:func:`relative_cut`, default margin 0.30): on the log scale of the score, it holds less than 70 % of
+the fine detail of the slide's in-focus tissue. A tile is blurry when at least ``BLURRED_SHARE`` (45 %)
+of its area, counted in cells, is; glass counts as in focus (nothing there to restore). Relative to the
+slide, because scanners' optics and JPEG quality set how much fine detail sharp tissue keeps; the
+reference holds as long as a quarter of the tissue is in focus. The cell size, window, margin and share
+were chosen on the dev slides of the real-tissue benchmark (benchmarks/cpu/slide_focus_real.py,
+docs/slides.md), whose truth counts a tile as blurred when half its area lies in a defocused region,
+and checked on its held-out slides and on generated ones (benchmarks/cpu/slide_focus_threshold.py).
+For a slide out of focus nearly everywhere, ``threshold`` sets an absolute cell score instead (or
+restore all).
 """
 
 from __future__ import annotations
@@ -58,9 +66,16 @@ GLASS_MARGIN_OD = 0.01  # the tissue threshold's distance above the slide's own 
 GLASS_PERCENTILE = 99.0  # the thumbnail's brightest pixels: glass, when brighter than the palest tissue
 MIN_SEPARATION = 3.0  # fluorescence: tissue-side median minus glass-side median, in glass-side standard deviations
 REFERENCE_PERCENTILE = 25.0
-FOCUS_MARGIN = 0.10
+FOCUS_MARGIN = 0.30
 MIN_TISSUE = 0.05
+CELL_PX = 16  # focus is scored on cells of about 16 px (32 × 32 cells of a 512-px tile) ...
+WINDOW = 5  # ... each over the window of 5 × 5 cells about it (80 px)
+DETAIL_SIGMA = 1.0  # px: the re-blur of the focus score
+MIN_BLOCK_TISSUE = 0.1  # a window with less tissue is not scored
+BLURRED_SHARE = 0.45  # a tile is blurry when at least this share of its area (its cells) is
 RESTORE_MODES = ("blurry", "all")
+DECISION = ("fine-detail loss E1/E0 over 80-px windows about 16-px cells; cell blurred above the 25th-percentile reference ** (1 - margin 0.30); "
+            "tile blurry when >= 45 % of its area (cells) is")
 LABELS = ("background", "in focus", "blurry")
 
 
@@ -183,43 +198,57 @@ def tissue_fractions(mask: np.ndarray, thumb: Thumbnail, grid: TileGrid) -> np.n
     return out
 
 
-def blur_effect(gray: np.ndarray, mask: np.ndarray | None = None, *, h_size: int = 11) -> float:
-    """The blur effect of Crété-Roffet et al. (2007) of a 2-D image, over the pixels of ``mask``.
+def _cell_sums(a: np.ndarray, cells: int) -> np.ndarray:
+    """(H, W) → (cells, cells): the sums over a grid of nearly equal cells (``np.array_split``'s bounds)."""
+    ys = np.array([b[0] for b in np.array_split(np.arange(a.shape[0]), cells) if b.size] or [0])
+    xs = np.array([b[0] for b in np.array_split(np.arange(a.shape[1]), cells) if b.size] or [0])
+    out = np.zeros((cells, cells), np.float64)
+    out[: ys.size, : xs.size] = np.add.reduceat(np.add.reduceat(a.astype(np.float64), ys, axis=0), xs, axis=1)
+    return out
 
-    Along each axis: D = |Sobel derivative of the image|, D_b = the same of the image re-blurred by an
-    ``h_size`` box along that axis, and the blur is 1 − Σ max(0, D − D_b) / Σ D: the share of the local
-    variation that a strong re-blur does not remove. Sharp detail is mostly removed (→ 0); an image
-    already blurred loses little (→ 1). The larger of the two axes is returned. With ``mask`` None this
-    is ``skimage.measure.blur_effect``; a mask sums over the tissue only, so the glass at the edge of the
-    section (flat, with sensor noise) does not pull a tile's score towards "sharp".
+
+def block_detail(gray: np.ndarray, mask: np.ndarray | None, *, blocks: int, window: int = 1) -> np.ndarray:
+    """(blocks, blocks) focus scores on a grid of cells of a tile: E1 / E0 over the ``mask`` pixels of a
+    window of ``window`` × ``window`` cells about each cell.
+
+    E0 is the gradient energy Σ|∇I|² of the image, E1 the same after a Gaussian re-blur of
+    ``DETAIL_SIGMA`` px: the share of the detail that is coarser than a pixel or two. Sharp tissue keeps
+    much of its gradient energy in the finest scale, which the re-blur removes (→ small); tissue already
+    defocused has none there (→ near 1). A ratio, so stain density and contrast cancel. The window
+    (``WINDOW`` = 5 cells of 16 px in use: 80 px) holds enough tissue for a steady ratio; the cells,
+    finer than it, place the edge of a defocused region to a cell or two. A window with less than
+    ``MIN_BLOCK_TISSUE`` of its pixels in ``mask`` scores NaN; ``window`` 1 scores each cell alone.
     """
-    img = gray.astype(np.float64)
+    img = np.asarray(gray, np.float32)
+    e0 = sum(g * g for g in np.gradient(img))
+    e1 = sum(g * g for g in np.gradient(ndimage.gaussian_filter(img, DETAIL_SIGMA)))
     keep = np.zeros(img.shape, bool)
-    keep[2:-1, 2:-1] = True  # derivatives at the border see the padding
+    keep[3:-3, 3:-3] = True  # the re-blur at the border sees the padding
     if mask is not None:
         keep &= mask
-    if not keep.any():
-        return math.nan
-    scores = []
-    for axis in (0, 1):
-        sharp = np.maximum(np.abs(ndimage.sobel(img, axis=axis)), 1e-10)
-        reblurred = np.maximum(np.abs(ndimage.sobel(ndimage.uniform_filter1d(img, h_size, axis=axis), axis=axis)), 1e-10)
-        present = float(sharp[keep].sum())
-        lost = float(np.maximum(sharp - reblurred, 0.0)[keep].sum())
-        scores.append(abs(present - lost) / present)
-    return max(scores)
+    sums = [_cell_sums(a, blocks) for a in (e0 * keep, e1 * keep, keep, np.ones(img.shape, bool))]
+    if window > 1:  # sums over the window about each cell, cut at the tile's edge
+        sums = [ndimage.uniform_filter(a, window, mode="constant") for a in sums]
+    total, fine, kept, pixels = sums
+    good = (kept >= MIN_BLOCK_TISSUE * pixels) & (total > 0)
+    return np.where(good, np.minimum(1.0, fine / np.where(good, total, 1.0)), np.nan).astype(np.float32)
 
 
-def focus_score(pixels: np.ndarray, rule: TissueRule | None, *, rgb: bool) -> float:
-    """Blur effect of one tile (0 sharp … 1 blurred) over its tissue and a 4-px rim around it: luminance
-    of RGB, else the tile's one channel (the rule's channel, read alone). The whole tile when less than
-    1 % of it is tissue."""
-    gray = rgb2gray(pixels[..., :3]) if rgb else pixels[..., 0]
+def cells_per_side(tile: int) -> int:
+    """How many cells of about ``CELL_PX`` a tile side of ``tile`` px is cut into."""
+    return max(1, round(tile / CELL_PX))
+
+
+def focus_score(pixels: np.ndarray, rule: TissueRule | None, *, rgb: bool, cells: int | None = None) -> np.ndarray:
+    """(n, n) cell focus scores of one tile (:func:`block_detail`, 0 sharp … 1 blurred; n = :func:`cells_per_side`) over its
+    tissue and a 4-px rim around it: luminance of RGB, else the tile's one channel (the rule's channel,
+    read alone). The whole tile when less than 1 % of it is tissue."""
+    gray = rgb2gray(pixels[..., :3]) * 255.0 if rgb else pixels[..., 0]
     mask = None
     if rule is not None:
         mask = ndimage.binary_dilation(rule.pixels(pixels) if rgb else replace(rule, channel=0).pixels(pixels), iterations=4)
         mask = mask if mask.mean() >= 0.01 else None
-    return blur_effect(gray, mask)
+    return block_detail(gray, mask, blocks=cells or cells_per_side(max(gray.shape)), window=WINDOW)
 
 
 def _focus_pixels(slide: Slide, level: int, box: tuple[int, int, int, int], downsample: int, channels: tuple[int, ...]) -> np.ndarray:
@@ -247,17 +276,20 @@ def focus_scores(
     workers: int = 2,
     progress: Callable[[Iterable], Iterable] | None = None,
 ) -> np.ndarray:
-    """(rows, cols) focus scores of the tiles where ``tissue`` is True (NaN elsewhere), ``workers`` tiles at a time."""
+    """(rows, cols, n, n) cell focus scores (float16: 2 kB per 512-px tile) of the tiles where ``tissue`` is True (NaN elsewhere),
+    ``workers`` tiles at a time; n = :func:`cells_per_side` of the tile (at the focus downsample)."""
     if downsample < 1:
         raise ValueError(f"focus downsample={downsample!r}; allowed: an integer >= 1")
     rgb = slide.info.photometric in ("rgb", "rgba")
     channels = (0, 1, 2) if rgb else (channel,)
     todo = [(r, c) for r in range(grid.shape[0]) for c in range(grid.shape[1]) if tissue[r, c]]
 
-    def score(rc: tuple[int, int]) -> float:
-        return focus_score(_focus_pixels(slide, level, grid.box(*rc), downsample, channels), rule, rgb=rgb)
+    n = cells_per_side(-(-grid.tile // downsample))
 
-    out = np.full(grid.shape, np.nan, np.float32)
+    def score(rc: tuple[int, int]) -> np.ndarray:
+        return focus_score(_focus_pixels(slide, level, grid.box(*rc), downsample, channels), rule, rgb=rgb, cells=n)
+
+    out = np.full((*grid.shape, n, n), np.nan, np.float16)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         results = pool.map(score, todo)
         for rc, value in zip(todo, progress(results) if progress else results):
@@ -266,11 +298,47 @@ def focus_scores(
 
 
 @dataclass(frozen=True)
-class Decisions:
-    """Per tile: tissue share, focus score, label (background / in focus / blurry) and whether it is restored."""
+class Analysis:
+    """What the decision needs of one slide: per tile its tissue share and focus score, and the thumbnail,
+    tissue mask and tissue rule they were measured with."""
 
     tissue: np.ndarray
     scores: np.ndarray
+    thumb: Thumbnail
+    mask: np.ndarray
+    rule: TissueRule
+
+
+def find_tissue(slide: Slide, level: int, grid: TileGrid, *, channel: int) -> tuple[Thumbnail, TissueRule, np.ndarray, np.ndarray]:
+    """(thumbnail, tissue rule, tissue mask, per-tile tissue share) of ``level``."""
+    info = slide.info
+    thumb = thumbnail(slide, level, tile=grid.tile)
+    rule = tissue_rule(thumb, photometric=info.photometric, channel=channel, dtype=info.dtype)
+    mask = tissue_mask(thumb, rule, photometric=info.photometric)
+    return thumb, rule, mask, tissue_fractions(mask, thumb, grid)
+
+
+def analyse(slide: Slide, level: int, grid: TileGrid, *, channel: int, downsample: int = 1, workers: int = 2,
+            progress: Callable[[int], Callable[[Iterable], Iterable]] | None = None) -> Analysis:  # fmt: skip
+    """Thumbnail, tissue rule and mask, tissue share and focus score of every tile of ``level`` (module
+    docstring); ``progress(n)`` wraps the iteration over the n tiles scored."""
+    thumb, rule, mask, tissue = find_tissue(slide, level, grid, channel=channel)
+    bar = progress(int((tissue > 0).sum())) if progress else None
+    scores = focus_scores(slide, level, grid, tissue > 0, channel=channel, rule=rule, downsample=downsample, workers=workers, progress=bar)
+    return Analysis(tissue, scores, thumb, mask, rule)
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """Per tile: tissue share, focus score (the median of its cells'), the share of its area (its cells,
+    glass included) found blurred, label (background / in focus / blurry) and whether it is restored;
+    ``blocks``: the cell scores; ``threshold``: the cell score from which a cell is blurred;
+    ``reference``: the slide's in-focus cell score."""
+
+    tissue: np.ndarray
+    scores: np.ndarray
+    blocks: np.ndarray
+    shares: np.ndarray
     labels: np.ndarray
     restored: np.ndarray
     threshold: float | None
@@ -278,22 +346,54 @@ class Decisions:
     rule: str
 
 
-def decide(tissue: np.ndarray, scores: np.ndarray, *, restore: str, min_tissue: float, threshold: float | None, margin: float) -> Decisions:
-    """Label every tile and choose the restored ones (module docstring)."""
+def tile_scores(blocks: np.ndarray) -> np.ndarray:
+    """(rows, cols): each tile's median cell score, NaN where no cell is scored."""
+    flat = blocks.reshape(*blocks.shape[:2], -1).astype(np.float32)
+    scored = np.isfinite(flat).any(axis=-1)
+    out = np.full(blocks.shape[:2], np.nan, np.float32)
+    out[scored] = np.nanmedian(flat[scored], axis=-1)
+    return out
+
+
+def blurred_shares(blocks: np.ndarray, cut: float | None) -> np.ndarray:
+    """(rows, cols): the share of each tile's cells (its area, glass included) scored at least ``cut``
+    (NaN: none scored). Glass and unscored cells count as in focus: defocus on glass changes nothing."""
+    flat = blocks.reshape(*blocks.shape[:2], -1).astype(np.float32)
+    scored = np.isfinite(flat)
+    hits = (scored & (np.nan_to_num(flat, nan=-1.0) >= cut)).sum(axis=-1) if cut is not None else np.zeros(flat.shape[:2])
+    return np.where(scored.any(axis=-1), hits / max(flat.shape[-1], 1), np.nan).astype(np.float32)
+
+
+def decide(tissue: np.ndarray, blocks: np.ndarray, *, restore: str, min_tissue: float, threshold: float | None, margin: float) -> Decisions:
+    """Label every tile and choose the restored ones (module docstring). ``blocks``: (rows, cols, n, n) cell scores."""
     check_choice("restore", restore, RESTORE_MODES)
     is_tissue = tissue >= min_tissue
-    valid = scores[is_tissue & np.isfinite(scores)]
+    valid = blocks[is_tissue].astype(np.float32)
+    valid = valid[np.isfinite(valid)]
     reference = float(np.percentile(valid, REFERENCE_PERCENTILE)) if valid.size else None
     if threshold is not None:
-        cut, rule = float(threshold), f"focus score >= {threshold:g} (absolute)"
+        cut, rule = float(threshold), f"cell focus score >= {threshold:g} (absolute)"
     elif reference is not None:
-        cut, rule = reference + margin, f"focus score >= in-focus reference {reference:.3f} (25th percentile of tissue tiles) + margin {margin:g}"
+        cut = relative_cut(reference, margin)
+        rule = f"cell focus score >= {cut:.3f}: the in-focus reference {reference:.3f} (25th percentile of tissue cells) raised by margin {margin:g}"
     else:
         cut, rule = None, "no tissue"
-    blurry = is_tissue & (scores >= cut) if cut is not None else np.zeros_like(is_tissue)
+    shares = blurred_shares(blocks, cut)
+    blurry = is_tissue & (np.nan_to_num(shares, nan=0.0) >= BLURRED_SHARE)
     labels = np.where(~is_tissue, LABELS[0], np.where(blurry, LABELS[2], LABELS[1]))
     restored = is_tissue if restore == "all" else blurry
-    return Decisions(tissue, scores, labels, restored, cut, reference, rule if restore == "blurry" else "all tissue tiles")
+    rule = f"{rule}; a tile is blurry when at least {BLURRED_SHARE:.0%} of its area is" if restore == "blurry" else "all tissue tiles"
+    return Decisions(tissue, tile_scores(blocks), blocks, shares, labels, restored, cut, reference, rule)
+
+
+def relative_cut(reference: float, margin: float) -> float:
+    """The cell score from which a cell is blurred: the reference raised to the power 1 − ``margin``.
+
+    On the log scale of the score (−log E1/E0, the fine detail a window holds), a cell is blurred when it
+    holds less than 1 − margin of the detail of the slide's in-focus reference. A power, not a sum,
+    because a defocus removes a share of the detail whatever the tissue held to begin with.
+    """
+    return float(reference ** (1.0 - margin))
 
 
 def decisions_frame(grid: TileGrid, d: Decisions) -> pd.DataFrame:
@@ -301,11 +401,12 @@ def decisions_frame(grid: TileGrid, d: Decisions) -> pd.DataFrame:
     rows = []
     for r, y in enumerate(grid.ys):
         for c, x in enumerate(grid.xs):
-            score = d.scores[r, c]
+            score, share = d.scores[r, c], d.shares[r, c]
             rows.append({
                 "row": r, "col": c, "y": y, "x": x, "height": grid.th, "width": grid.tw,
                 "tissue_fraction": round(float(d.tissue[r, c]), 4),
                 "focus_score": round(float(score), 5) if np.isfinite(score) else None,
+                "blurred_share": round(float(share), 4) if np.isfinite(share) else None,
                 "label": str(d.labels[r, c]), "restored": bool(d.restored[r, c]),
             })  # fmt: skip
     return pd.DataFrame(rows)

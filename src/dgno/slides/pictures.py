@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from dgno.io import atomic_path  # noqa: E402
-from dgno.slides.focus import Decisions, Thumbnail  # noqa: E402
+from dgno.slides.focus import BLURRED_SHARE, LABELS, Decisions, Thumbnail  # noqa: E402
 from dgno.slides.grid import TileGrid  # noqa: E402
 
 
@@ -66,6 +66,88 @@ def focus_map(path: Path, thumb: Thumbnail, mask: np.ndarray, grid: TileGrid, de
         ax.contour(mask.astype(np.float32), levels=[0.5], colors="cyan", linewidths=0.8)
     ax.set_title(title, fontsize=8)
     ax.set_axis_off()
+    _save(fig, path)
+
+
+CHECK_COLOURS = {"restored, truly defocused": (1.0, 0.1, 0.1, 0.40), "restored, in focus": (1.0, 0.65, 0.0, 0.55), "defocused, not restored": (0.1, 0.3, 1.0, 0.55)}
+
+
+def focus_check_map(path: Path, thumb: Thumbnail, mask: np.ndarray, grid: TileGrid, decisions: Decisions, truth: np.ndarray, *, picture: np.ndarray, title: str,
+                    regions: np.ndarray | None = None, truth_shares: np.ndarray | None = None) -> None:  # fmt: skip
+    """Write the focus map of a slide whose defocused tiles are known (``truth``, (rows, cols) bool): the
+    tiles it got right (red), restored in focus (orange, a false alarm) and defocused but missed (blue),
+    each shaded over its own part of the slide (up to the middle of the overlaps, so neighbours do not
+    mix). ``regions`` (bool, the picture's shape): the defocused regions, outlined in yellow;
+    ``truth_shares`` ((rows, cols)): each tissue tile is labelled "decided share / true share"."""
+    k = max(1, -(-max(picture.shape[:2]) // MAX_PICTURE_SIDE))
+    picture, mask = picture[::k, ::k], mask[::k, ::k]
+    h, w = picture.shape[:2]
+    overlay = np.zeros((h, w, 4), np.float32)
+    sy, sx = thumb.scale[0] * k, thumb.scale[1] * k
+    kinds = {(True, True): "restored, truly defocused", (True, False): "restored, in focus", (False, True): "defocused, not restored"}
+    ys, xs = _own_parts(grid.ys, grid.th, grid.height), _own_parts(grid.xs, grid.tw, grid.width)
+    fig, axes = _figure(w, h)
+    ax = axes[0, 0]
+    for r, (y0, y1) in enumerate(ys):
+        for c, (x0, x1) in enumerate(xs):
+            kind = kinds.get((bool(decisions.restored[r, c]), bool(truth[r, c])))
+            if kind:
+                overlay[int(y0 / sy) : int(np.ceil(y1 / sy)), int(x0 / sx) : int(np.ceil(x1 / sx))] = CHECK_COLOURS[kind]
+            if truth_shares is not None and decisions.labels[r, c] != LABELS[0]:
+                ax.text((x0 + x1) / 2 / sx, (y0 + y1) / 2 / sy, f"{decisions.shares[r, c]:.2f}\n{truth_shares[r, c]:.2f}", ha="center", va="center", fontsize=7,
+                        color="black", bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "alpha": 0.7, "linewidth": 0})  # fmt: skip
+    ax.imshow(picture, interpolation="nearest")
+    ax.imshow(overlay, interpolation="nearest")
+    for y0, _ in ys[1:]:
+        ax.axhline(y0 / sy - 0.5, color="0.5", linewidth=0.4)
+    for x0, _ in xs[1:]:
+        ax.axvline(x0 / sx - 0.5, color="0.5", linewidth=0.4)
+    if mask.any() and not mask.all():
+        ax.contour(mask.astype(np.float32), levels=[0.5], colors="cyan", linewidths=0.8)
+    if regions is not None and regions.any():
+        ax.contour(regions[::k, ::k].astype(np.float32), levels=[0.5], colors="yellow", linewidths=1.2)
+    counts = {name: sum(kinds.get((bool(a), bool(b))) == name for a, b in zip(decisions.restored.ravel(), truth.ravel())) for name in CHECK_COLOURS}
+    handles = [plt.Rectangle((0, 0), 1, 1, color=CHECK_COLOURS[n]) for n in CHECK_COLOURS]
+    labels = [f"{n}: {counts[n]}" for n in CHECK_COLOURS]
+    if regions is not None:
+        handles.append(plt.Line2D([0], [0], color="yellow"))
+        labels.append("defocused on purpose")
+    ax.legend(handles, labels, loc="lower left", fontsize=7, framealpha=0.8)
+    ax.set_title(title, fontsize=8)
+    ax.set_axis_off()
+    _save(fig, path)
+
+
+def _own_parts(starts: tuple[int, ...], size: int, total: int) -> list[tuple[int, int]]:
+    """Each tile's own stretch along one axis: from the middle of its overlap with the one before to the
+    middle of its overlap with the one after (the whole axis once, without overlaps)."""
+    cuts = [0, *((a + size + b) // 2 for a, b in zip(starts[:-1], starts[1:])), total]
+    return [(cuts[i], cuts[i + 1]) for i in range(len(starts))]
+
+
+def focus_report(path: Path, decisions: Decisions, *, title: str) -> None:
+    """Write the focus report: left, every tile's share of blurred area (the tile's score) on the slide's
+    grid, the tiles at or above the share that makes a tile blurry framed; right, the histogram of all cell
+    scores with the slide's in-focus reference and the cell threshold."""
+    d = decisions
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5), gridspec_kw={"width_ratios": [1.3, 1]})
+    shares = np.ma.masked_invalid(np.where(d.labels != LABELS[0], d.shares, np.nan))
+    im = left.imshow(shares, cmap="magma", vmin=0.0, vmax=1.0, interpolation="nearest")
+    for r, c in zip(*np.nonzero(d.restored)):
+        left.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="cyan", linewidth=1.2))
+    fig.colorbar(im, ax=left, fraction=0.04, label=f"share of the tile's area blurred (blurry from {BLURRED_SHARE:.2f}, framed: restored)")
+    left.set_xlabel("tile column")
+    left.set_ylabel("tile row")
+    values = d.blocks[d.labels != LABELS[0]].astype(np.float32)
+    values = values[np.isfinite(values)]
+    right.hist(values, bins=60, range=(0.0, 1.0), color="0.45")
+    for value, colour, name in ((d.reference, "green", "in-focus reference"), (d.threshold, "red", "cell threshold")):
+        if value is not None:
+            right.axvline(value, color=colour, label=f"{name} {value:.3f}")
+    right.set_xlabel("cell focus score (0 sharp … 1 blurred)")
+    right.set_ylabel("tissue cells")
+    right.legend(fontsize=8)
+    fig.suptitle(title, fontsize=8)
     _save(fig, path)
 
 

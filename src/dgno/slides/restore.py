@@ -38,13 +38,13 @@ from dgno.slides.grid import TileGrid
 from dgno.slides.inputs import slide_name
 from dgno.slides.network import SlideNetwork, network_channels, restore_batch, slide_scaling
 from dgno.slides.options import check_numbers
-from dgno.slides.pictures import before_after, display, focus_map, stretch
+from dgno.slides.pictures import before_after, display, focus_map, focus_report, stretch
 from dgno.slides.pyramid import COMPRESSIONS, OutputLayout
 from dgno.slides.reader import Slide, SlideInfo, TiffSlide, open_slide
 from dgno.slides.run import RunPlan, run_restoration
 from dgno.slides.work import WorkFolder
 
-ANALYSIS_VERSION = 2
+ANALYSIS_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -57,11 +57,13 @@ class OutputFiles:
     before_after: Path
     summary: Path
     work: Path
+    focus_report: Path
 
 
 def output_files(path: Path, output_dir: Path) -> OutputFiles:
     n = slide_name(path)
-    return OutputFiles(*(output_dir / f"{n}{s}" for s in (".ome.tif", ".tiles.csv", ".focus.png", ".before_after.png", ".summary.json")), output_dir / f".{n}.work")
+    return OutputFiles(*(output_dir / f"{n}{s}" for s in (".ome.tif", ".tiles.csv", ".focus.png", ".before_after.png", ".summary.json")), output_dir / f".{n}.work",
+                       output_dir / f"{n}.focus_report.png")  # fmt: skip
 
 
 def choose_level(info: SlideInfo, *, level: int | None, mpp: float | None) -> int:
@@ -85,13 +87,10 @@ def _analysis(slide: Slide, level: int, grid: TileGrid, work: WorkFolder, *, cha
     stat = info.path.stat()
     key = {"version": ANALYSIS_VERSION, "slide": str(info.path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "level": level,
            "tile": grid.tile, "overlap": grid.overlap, "channel": channel, "focus_downsample": focus_downsample}  # fmt: skip
-    thumb = fm.thumbnail(slide, level, tile=grid.tile)
-    rule = fm.tissue_rule(thumb, photometric=info.photometric, channel=channel, dtype=info.dtype)
-    mask = fm.tissue_mask(thumb, rule, photometric=info.photometric)
+    thumb, rule, mask, tissue = fm.find_tissue(slide, level, grid, channel=channel)
     saved = work.load_analysis(key)
     if saved is not None:
         return saved["tissue"], saved["scores"], thumb, mask
-    tissue = fm.tissue_fractions(mask, thumb, grid)
     n = int((tissue > 0).sum())
     bar = (lambda it: progress_bar(it, total=n, unit="tile", desc=f"focus {info.path.name}")) if progress else None
     scores = fm.focus_scores(slide, level, grid, tissue > 0, channel=channel, rule=rule, downsample=focus_downsample, workers=workers, progress=bar)
@@ -169,6 +168,7 @@ def restore_slide(
     compression: str = "zlib",
     overwrite: bool = False,
     dry_run: bool = False,
+    focus_report: bool = False,
     workers: int = 2,
     progress: bool = True,
 ) -> dict:
@@ -179,6 +179,7 @@ def restore_slide(
     ``margin`` over the slide's in-focus reference, or an absolute ``threshold``) or "all" tissue.
     ``compression``: "zlib" (lossless, default), "lzw", "none", or "jpeg" (8-bit RGB). ``dry_run``:
     measure and decide, write tiles.csv, the focus map and a summary with the time estimate, no slide.
+    ``focus_report``: also write ``<name>.focus_report.png`` (``dgno.slides.pictures.focus_report``).
     A stopped run resumes when called again with the same arguments (``dgno.slides.run``).
     Errors about the input are :class:`~dgno.io.InputError` naming the file and the fix.
     """
@@ -194,7 +195,7 @@ def restore_slide(
     try:
         with open_slide(path) as slide:
             opts = dict(level=level, mpp=mpp, channel=channel, restore=restore, threshold=threshold, margin=margin, min_tissue=min_tissue,
-                        focus_downsample=focus_downsample, compression=compression, dry_run=dry_run, workers=workers, progress=progress)  # fmt: skip
+                        focus_downsample=focus_downsample, compression=compression, dry_run=dry_run, focus_report=focus_report, workers=workers, progress=progress)  # fmt: skip
             return _restore(slide, files, network, opts)
     except OSError as exc:
         if exc.errno in DISK_FULL:
@@ -231,6 +232,8 @@ def _decide(slide: Slide, files: OutputFiles, network: SlideNetwork, work: WorkF
     write_csv(files.tiles, fm.decisions_frame(grid, d))
     picture = display(thumb.image, photometric=info.photometric, channel=channels[0], dtype=info.dtype)
     focus_map(files.focus_map, thumb, mask, grid, d, picture=picture, title=_title(info, d, network))
+    if opts["focus_report"]:
+        focus_report(files.focus_report, d, title=f"{info.path.name}: {d.rule}")
     return _Decided(lv, grid, channels, scaling, d, time.perf_counter() - t0)
 
 
@@ -251,12 +254,14 @@ def _summary_base(info: SlideInfo, files: OutputFiles, network: SlideNetwork, dc
         "overlap": network.overlap, "blend": network.blend, "batch": network.batch,
         "normalisation": {"kind": dc.scaling.kind, "lo": dc.scaling.lo, "hi": dc.scaling.hi, "fallback": dc.scaling.fallback},
         "restore": opts["restore"], "min_tissue": opts["min_tissue"],
-        "focus": {"measure": "blur effect (Crete-Roffet et al. 2007, skimage.measure.blur_effect): 0 sharp ... 1 blurred",
+        "focus": {"measure": "fine-detail loss E1/E0 over a window about each cell (gradient energy surviving a 1-px Gaussian re-blur): 0 sharp ... 1 blurred",
+                  "cells_per_tile_side": int(d.blocks.shape[-1]), "window_cells": fm.WINDOW, "blurred_share": fm.BLURRED_SHARE,
                   "downsample": opts["focus_downsample"], "reference": d.reference, "margin": opts["margin"], "threshold": d.threshold, "rule": d.rule},
         "tiles": {"total": int(d.labels.size), "tissue": tissue, "blurry": int((d.labels == fm.LABELS[2]).sum()), "restored": int(d.restored.sum())},
         "tissue_restored_fraction": int(d.restored.sum()) / tissue if tissue else 0.0,
         "restored_megapixels": _restored_area(dc.grid, d.restored) / 1e6,
-        "files": {"slide": str(files.slide), "tiles": str(files.tiles), "focus_map": str(files.focus_map), "before_after": None, "summary": str(files.summary)},
+        "files": {"slide": str(files.slide), "tiles": str(files.tiles), "focus_map": str(files.focus_map), "before_after": None, "summary": str(files.summary),
+                  "focus_report": str(files.focus_report) if opts["focus_report"] else None},
         "provenance": {**provenance.collect(network.device), "openslide": openslide.__library_version__, "openslide_python": openslide.__version__},
     }  # fmt: skip
 
