@@ -157,7 +157,7 @@ def test_auto_on_cpu_uses_the_chunked_scan(monkeypatch):
 def test_bad_arguments_are_named():
     inp = make_inputs(L=10)
     args = (inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"])
-    with pytest.raises(ValueError, match=r"'cuda'.*allowed: 'auto', 'torch', 'triton', 'mamba_ssm', 'reference'"):
+    with pytest.raises(ValueError, match=r"'cuda'.*allowed: 'auto', 'torch', 'triton', 'mamba_ssm', 'native', 'static', 'reference'"):
         selective_scan(*args, backend="cuda")
     with pytest.raises(ValueError, match="B must be"):
         selective_scan(inp["u"], inp["delta"], inp["A"], inp["B"][:, :2], inp["C"])

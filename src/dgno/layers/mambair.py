@@ -124,9 +124,12 @@ class ASSM(nn.Module):
         h, w = size
         one_hot = self.routes(x)  # (B, L, num_tokens), one-hot
         prompt = one_hot @ (self.prompt_codes @ self.prompt_basis)  # (B, L, N)
-        # semantic-guided neighbouring: stable sort by route, scan, unsort
-        order = one_hot.detach().argmax(-1).argsort(dim=-1, stable=True)  # (B, L)
-        inverse = torch.empty_like(order).scatter_(1, order, torch.arange(L, device=x.device).expand(b, L))
+        # semantic-guided neighbouring: stable sort by route, scan, unsort.  The keys route·L + position are
+        # unique, so any sort orders them as a stable sort of the routes would (ties in raster order); an
+        # exporter then needs no stable sort, which ONNX lacks.
+        positions = torch.arange(L, device=x.device)
+        order = (one_hot.detach().argmax(-1) * L + positions).argsort(dim=-1)  # (B, L)
+        inverse = torch.empty_like(order).scatter_(1, order, positions.expand(b, L))
 
         v = self.in_proj(x.transpose(1, 2).reshape(b, -1, h, w))  # (B, hidden, H, W)
         v = (v * torch.sigmoid(self.cpe(v))).flatten(2)  # (B, hidden, L)
