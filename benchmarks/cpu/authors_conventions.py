@@ -109,11 +109,11 @@ def alternative_assm_forward(self, x, size):
     order = one_hot.detach().argmax(-1).argsort(dim=-1, stable=True)
     inverse = torch.empty_like(order).scatter_(1, order, torch.arange(L, device=x.device).expand(b, L))
     v = self.in_proj(x.transpose(1, 2).reshape(b, -1, h, w))
-    v = (v * torch.sigmoid(self.cpe(v))).flatten(2)
-    v = mambair._take(v, order, dim=2)
-    y = self._scan(v, mambair._take(prompt, order, dim=1).transpose(1, 2))
-    y = self.out_proj(self.out_norm(y.transpose(1, 2)))
-    return mambair._take(y, inverse, dim=1)
+    v = (v * torch.sigmoid(self.cpe(v))).flatten(2).transpose(1, 2)
+    v = mambair._take_rows(v, order)
+    y = self._scan(v, mambair._take_rows(prompt, order))
+    y = self.out_proj(self.out_norm(y))
+    return mambair._take_rows(y, inverse)
 
 
 VARIANTS: dict[str, list[tuple[object, str, Callable]]] = {

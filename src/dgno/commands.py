@@ -20,9 +20,11 @@ from dgno.analysis.cost import summary_rows
 from dgno.analysis.lam import image_lam
 from dgno.checkpoint import import_authors as import_authors_checkpoint
 from dgno.inference import authors, preflight
+from dgno.inference.bioimageio import write_package
 from dgno.inference.deblur import DeblurOptions, deblur_batch
 from dgno.inference.deblur import check_options as check_deblur_options
 from dgno.inference.evaluate import evaluate_checkpoint
+from dgno.inference.export import export_restoration
 from dgno.io import InputError, write_csv
 from dgno.report.figures import lam_maps
 from dgno.slides.inputs import unique_names
@@ -64,7 +66,7 @@ def train(args: argparse.Namespace) -> int:
 def evaluate(args: argparse.Namespace) -> int:
     summary = evaluate_checkpoint(
         args.checkpoint, args.data, args.level, args.out, tile=args.tile, overlap=args.overlap, with_lpips=not args.no_lpips,
-        tile_batch=args.tile_batch, cuda_graphs=args.cuda_graphs, overlap_io=args.overlap_io,
+        tile_batch=args.tile_batch, cuda_graphs=args.cuda_graphs, overlap_io=args.overlap_io, engine=args.engine,
     )  # fmt: skip
     keys = ("method", "level", "n_images", *metric_spec.summary_columns(), "iteration", "iterations", "in_progress")
     print(json.dumps({k: summary.get(k) for k in keys}, indent=2))
@@ -91,6 +93,7 @@ def _deblur_options(args: argparse.Namespace, how: authors.Restoration | None) -
         tile_batch=args.tile_batch,
         cuda_graphs=args.cuda_graphs,
         bf16=args.bf16,
+        engine=args.engine,
         normalise=args.normalise or (how.normalise if how else None),
         strict_channels=bool(how and how.strict_channels),
         channel=args.channel,
@@ -133,7 +136,10 @@ def deblur_slide(args: argparse.Namespace) -> int:
     slides = list(unique_names(args.slides, fix="restore them into different --output folders").values())  # a slide named twice: once
     preflight.prepare_output_dir(args.output)
     network = load_network(checkpoint=args.checkpoint, authors=args.authors, options=args.options, device=args.device, tile_batch=args.tile_batch,
-                           cuda_graphs=args.cuda_graphs, bf16=args.bf16, threads=threads, normalise=args.normalise, tile=args.tile, overlap=args.overlap)  # fmt: skip
+                           cuda_graphs=args.cuda_graphs, bf16=args.bf16, threads=threads, normalise=args.normalise, tile=args.tile, overlap=args.overlap,
+                           engine=args.engine)  # fmt: skip
+    if network.engine_note:
+        print(f"note: {network.engine_note}; using engine {network.engine}", file=sys.stderr)
     options = dict(level=args.level, mpp=args.mpp, channel=args.channel, restore=args.restore, threshold=args.threshold, margin=args.focus_margin,
                    min_tissue=args.min_tissue, focus_downsample=args.focus_downsample, compression=args.compression, overwrite=args.overwrite,
                    dry_run=args.dry_run, workers=threads if args.threads else min(threads, 4))  # fmt: skip
@@ -174,6 +180,22 @@ def lam(args: argparse.Namespace) -> int:
     lam_maps(views, out, title=f"{Path(args.image).name}: LAM of the {row['window_size']}-px window at ({row['window_y0']}, {row['window_x0']})")
     print(frame[["label", "di", "r50_px"]].to_string(index=False))
     print(f"wrote {out}, {out.with_suffix('.svg')} and {out.with_suffix('.csv')}")
+    return 0
+
+
+def export(args: argparse.Namespace) -> int:
+    """Write the network's files into --out, each checked against PyTorch; one line per file."""
+    preflight.use_threads(preflight.check_threads(args.threads))
+    if args.tile is not None and (args.tile < 32 or args.tile % 32):
+        raise InputError(f"--tile {args.tile}: exported networks take tiles whose side is a multiple of 32. Fix: pass e.g. --tile {max(32, args.tile // 32 * 32)}")
+    preflight.prepare_output_dir(args.out)
+    how = authors.released(args.authors, options=args.options) if args.authors else authors.local(args.checkpoint, options=args.options)
+    formats = tuple(f for f in args.format if f != "bioimageio")
+    record = export_restoration(how, args.out, formats=formats or ("torchscript", "onnx"), tile=args.tile, overlap=args.overlap, name=args.name)
+    for fmt, file in record.files.items():
+        print(f"{Path(args.out) / file}  ({fmt}, {record.tile}x{record.tile} tiles, max |difference| to PyTorch {max(record.parity[fmt].values()):.1e})")
+    if "bioimageio" in args.format:
+        print(write_package(record, args.out, model_file=how.model))
     return 0
 
 

@@ -145,9 +145,10 @@ def selective_scan_native(u, delta, A, B, C, D, delta_bias, delta_softplus: bool
     pad = (-per_group) % LANES  # pad each group's channels, so a block never straddles two groups
     dp = (per_group + pad) * g
 
-    def channels(x: Tensor, value: float = 0.0) -> Tensor:  # (..., d) → (..., dp), contiguous
-        x = x.unflatten(-1, (g, per_group))
-        return F.pad(x, (0, pad), value=value).flatten(-2).contiguous()
+    def channels(x: Tensor) -> Tensor:  # (..., d) → (..., dp), contiguous (no copy when it already is)
+        if pad:
+            x = F.pad(x.unflatten(-1, (g, per_group)), (0, pad)).flatten(-2)
+        return x.contiguous()
 
     ut, xt = channels(u.transpose(1, 2)), channels(delta.transpose(1, 2))  # (b, L, dp)
     At = channels(A.t()).t().contiguous()  # (dp, N)

@@ -72,7 +72,7 @@ def selective_scan_static(
     decay = torch.exp(dt_c.sum(2).view(b, nc, g, d // g, 1) * A3)  # P_k = exp(A Σ_chunk Δ)
     shape = decay.shape
     ends = _inclusive_scan(decay.flatten(2), h.flatten(2)).view(shape)  # c_k
-    h = torch.cat([torch.zeros_like(ends[:, :1]), ends[:, :-1]], dim=1)  # c_{k−1}: each chunk's start state
+    h = _shift_right(ends)  # c_{k−1}: each chunk's start state
     ys = []
     for t in range(CHUNK):  # pass 2: every chunk from its start state, contracted with C token by token
         h = step(h, t)
@@ -86,10 +86,22 @@ def _chunks(x: Tensor) -> Tensor:
 
     Zero Δ makes a padding token's decay 1 and its input 0, so it leaves the state as it was.
     """
-    pad = (-x.shape[1]) % CHUNK
-    if pad:
-        x = torch.cat([x, x.new_zeros(x.shape[0], pad, *x.shape[2:])], dim=1)
+    x = _pad_tokens(x, (-x.shape[1]) % CHUNK, 0.0)
     return x.unflatten(1, (x.shape[1] // CHUNK, CHUNK))
+
+
+def _shift_right(x: Tensor) -> Tensor:
+    """x (B, n, ...) moved one token along axis 1, a zero token first: the state each chunk starts from."""
+    return F.pad(x[:, :-1], [0, 0] * (x.dim() - 2) + [1, 0])
+
+
+def _pad_tokens(x: Tensor, pad: int, value: float) -> Tensor:
+    """x (B, n, ...) with ``pad`` tokens of ``value`` appended on axis 1.
+
+    ``F.pad`` rather than a concatenation with a new tensor: a tracer would record the new tensor's
+    batch size as a constant, and the exported file would accept one batch size only.
+    """
+    return F.pad(x, [0, 0] * (x.dim() - 2) + [0, pad], value=value) if pad else x
 
 
 def _inclusive_scan(a: Tensor, b: Tensor) -> Tensor:
@@ -98,16 +110,14 @@ def _inclusive_scan(a: Tensor, b: Tensor) -> Tensor:
     if n == 1:
         return b
     pad = (-n) % CHUNK  # (padding: decay 1, input 0)
-    if pad:
-        a = torch.cat([a, a.new_ones(a.shape[0], pad, *a.shape[2:])], dim=1)
-        b = torch.cat([b, b.new_zeros(b.shape[0], pad, *b.shape[2:])], dim=1)
+    a, b = _pad_tokens(a, pad, 1.0), _pad_tokens(b, pad, 0.0)
     a, b = (x.unflatten(1, (x.shape[1] // CHUNK, CHUNK)) for x in (a, b))  # (B, nc, T, S)
     h, prod = b[:, :, 0], a[:, :, 0]
     for t in range(1, CHUNK):
         h = a[:, :, t] * h + b[:, :, t]
         prod = prod * a[:, :, t]
     ends = _inclusive_scan(prod, h)  # the chunks' end states
-    h = torch.cat([torch.zeros_like(ends[:, :1]), ends[:, :-1]], dim=1)
+    h = _shift_right(ends)
     outs = []
     for t in range(CHUNK):
         h = a[:, :, t] * h + b[:, :, t]
