@@ -14,9 +14,9 @@ load); the TorchScript-based ONNX exporter records the same trace and converts i
 ONNX Runtime, deepImageJ, the bioimage.io model zoo).  It is the exporter that takes seconds here:
 ``torch.onnx.export(dynamo=True)`` took minutes for the same network (``torch.export`` then an ONNX
 rewrite of several thousand nodes), and produced the same file up to float rounding.  Every file is compared with the
-PyTorch network before it is kept (:func:`check_parity`): on a batch of two tiles and through the
-tiled restoration of an image larger than a tile; a difference above ``PARITY_TOLERANCE`` leaves no
-file behind and raises :class:`ExportError`.
+PyTorch network before it is kept (``dgno.inference.parity``): on a batch of two tiles and through the
+tiled restoration of an image larger than a tile; a difference above 1e-4 leaves no file behind and
+raises :class:`ExportError`.
 """
 
 from __future__ import annotations
@@ -38,12 +38,11 @@ from torch import Tensor, nn
 from dgno import provenance
 from dgno.checkpoint import load_trained, weights_digest
 from dgno.inference import normalisation
-from dgno.inference.tiling import tiled_apply
+from dgno.inference.parity import Exported, check_parity, example
 from dgno.io import InputError, atomic_path
 from dgno.layers.mambair import ASSM
 from dgno.models.outputs import as_outputs
 
-PARITY_TOLERANCE = 1e-4  # max |exported − PyTorch| on [0, 1] images
 OPSET = 18
 FORMATS = ("torchscript", "onnx")
 SUFFIX = {"torchscript": ".torchscript.pt", "onnx": ".onnx"}
@@ -75,10 +74,9 @@ def exportable(model: nn.Module) -> nn.Module:
 
 def trace(model: nn.Module, *, tile: int, channels: int) -> torch.jit.ScriptModule:
     """The TorchScript trace of ``exportable(model)`` at (1, channels, tile, tile)."""
-    example = _example(1, channels, tile)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        return torch.jit.trace(exportable(model), (example,), check_trace=False)
+        return torch.jit.trace(exportable(model), (example(1, channels, tile),), check_trace=False)
 
 
 def onnx_bytes(model: nn.Module, *, tile: int, channels: int) -> bytes:
@@ -92,7 +90,7 @@ def onnx_bytes(model: nn.Module, *, tile: int, channels: int) -> bytes:
         warnings.simplefilter("ignore")  # the TorchScript-based exporter announces its successor on every call
         torch.onnx.export(
             exportable(model),
-            (_example(1, channels, tile),),
+            (example(1, channels, tile),),
             buffer,
             dynamo=False,
             opset_version=OPSET,
@@ -120,47 +118,41 @@ def onnx_session(model: bytes | str | Path, *, threads: int | None = None, devic
 
 
 def session_forward(session) -> Callable[[Tensor], Tensor]:
-    """x (B, C, tile, tile) float32 → the session's output, as a CPU tensor."""
+    """x (B, C, tile, tile) float32 → the session's first output, as a CPU tensor."""
 
     def run(x: Tensor) -> Tensor:
-        (y,) = session.run(None, {"input": np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float32)})
+        y = session.run(None, {"input": np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float32)})[0]
         return torch.from_numpy(y)
 
     return run
 
 
-@dataclass
-class ParityResult:
-    """Max |exported − PyTorch| for each check, and whether all are within the tolerance."""
+def with_route_outputs(payload: bytes) -> bytes:
+    """A copy of an exported ONNX model whose routing decisions are outputs too (for the parity check).
 
-    checks: dict[str, float] = field(default_factory=dict)
-    tolerance: float = PARITY_TOLERANCE
-
-    @property
-    def worst(self) -> float:
-        return max(self.checks.values(), default=0.0)
-
-    @property
-    def ok(self) -> bool:
-        return all(np.isfinite(v) and v <= self.tolerance for v in self.checks.values())
-
-
-def check_parity(reference: Callable[[Tensor], Tensor], exported: Callable[[Tensor], Tensor], *, tile: int, channels: int, overlap: int) -> ParityResult:
-    """Compare two (B, C, tile, tile) → (B, C, tile, tile) functions on [0, 1] images.
-
-    Two sizes: a batch of two different tiles, and an image of 1.5 × 1.25 tiles restored by blended
-    tiles (so the file is checked as it is used on images of other sizes).
+    The routes are the ArgMax nodes applied to a LogSoftmax (each ASSM's router); their order in the
+    graph is the order the ASSMs run in.
     """
-    result = ParityResult()
-    batch = torch.cat([_example(1, channels, tile, seed=1), _example(1, channels, tile, seed=2)])
-    with torch.no_grad():
-        result.checks[f"batch of 2 at {tile}x{tile}"] = float((reference(batch) - exported(batch)).abs().max())
-        h, w = tile * 3 // 2, tile * 5 // 4
-        image = _example(1, channels, max(h, tile + 1), seed=3)[..., : max(w, tile + 1)]
-        ref = tiled_apply(reference, image, tile=tile, overlap=overlap)
-        out = tiled_apply(exported, image, tile=tile, overlap=overlap)
-        result.checks[f"tiled {image.shape[-2]}x{image.shape[-1]}"] = float((ref - out).abs().max())
-    return result
+    import onnx  # only the check needs the ONNX graph library
+
+    model = onnx.load_from_string(payload)
+    producer = {out: node for node in model.graph.node for out in node.output}
+    for node in model.graph.node:
+        source = producer.get(node.input[0]) if node.input else None
+        if node.op_type == "ArgMax" and source is not None and source.op_type == "LogSoftmax":
+            model.graph.output.append(onnx.helper.make_tensor_value_info(node.output[0], onnx.TensorProto.INT64, None))
+    return model.SerializeToString()
+
+
+def onnx_exported(payload: bytes) -> Exported:
+    """The ONNX model as the parity check runs it: its output and its routing decisions."""
+    session = onnx_session(with_route_outputs(payload), threads=torch.get_num_threads())
+
+    def run(x: Tensor) -> tuple[Tensor, list[Tensor]]:
+        y, *routes = session.run(None, {"input": np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float32)})
+        return torch.from_numpy(y), [torch.from_numpy(r) for r in routes]
+
+    return run
 
 
 @dataclass(frozen=True)
@@ -205,7 +197,7 @@ def export_model(
         raise InputError(f"--tile {tile}: exports need a multiple of 32 (the network's stride and element grid). Fix: pass e.g. {max(32, tile // 32 * 32)}")
     channels = int(model.hparams.get("in_channels", 1))
     model = model.float().eval()
-    reference = FinalOutput(model)
+    reference = exportable(model)  # what the tracer records, run by PyTorch: the static scan, the final output
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     seconds, parity, files = {}, {}, {}
@@ -218,12 +210,13 @@ def export_model(
             payload, run = _torchscript_payload(traced)
         else:
             payload = onnx_bytes(model, tile=tile, channels=channels)
-            run = session_forward(onnx_session(payload, threads=torch.get_num_threads()))
+            run = onnx_exported(payload)
         seconds[fmt] = time.perf_counter() - start
         result = check_parity(reference, run, tile=tile, channels=channels, overlap=overlap)
-        parity[fmt] = result.checks
+        parity[fmt] = {**result.checks, "routing ties": result.route_ties}
         if not result.ok:
-            raise ExportError(f"{fmt} export of {name} differs from PyTorch by {result.worst:.2e} (> {result.tolerance:g}): {result.checks}; no file written")
+            why = "; ".join(result.problems) or f"max |difference| {result.worst:.2e} > {result.tolerance:g}"
+            raise ExportError(f"{fmt} export of {name} does not compute what PyTorch computes ({why}; {result.checks}); no file written")
         path = out_dir / f"{name}{SUFFIX[fmt]}"
         with atomic_path(path) as tmp:
             Path(tmp).write_bytes(payload)
@@ -237,21 +230,16 @@ def export_model(
     return record
 
 
-def _torchscript_payload(traced: torch.jit.ScriptModule) -> tuple[bytes, Callable[[Tensor], Tensor]]:
-    """The saved bytes of a traced module, and the module loaded back from them (what a user loads)."""
+def _torchscript_payload(traced: torch.jit.ScriptModule) -> tuple[bytes, Exported]:
+    """The saved bytes of a traced module, and the module loaded back from them (what a user loads), as the
+    parity check runs it (no routing outputs: TorchScript runs PyTorch's kernels, so it routes alike)."""
     buffer = io.BytesIO()
     torch.jit.save(traced, buffer)
     payload = buffer.getvalue()
-    loaded = torch.jit.load(io.BytesIO(payload), map_location="cpu")
-    return payload, lambda x: loaded(x.float().cpu())
-
-
-def _example(batch: int, channels: int, size: int, *, seed: int = 0) -> Tensor:
-    """A smooth random image in [0, 1], (batch, channels, size, size): what a tracer and a check see."""
-    g = torch.Generator().manual_seed(seed)
-    coarse = torch.rand(batch, channels, max(2, size // 8), max(2, size // 8), generator=g)
-    x = torch.nn.functional.interpolate(coarse, size=(size, size), mode="bilinear", align_corners=False)
-    return (x + 0.05 * torch.rand(x.shape, generator=g)).clamp(0, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.jit.load announces torch.export
+        loaded = torch.jit.load(io.BytesIO(payload), map_location="cpu")
+    return payload, lambda x: (loaded(x.float().cpu()), [])
 
 
 def cached_onnx(model: nn.Module, *, tile: int, cache: Path) -> Path:
