@@ -195,6 +195,8 @@ def export_model(
         raise InputError(f"export format {unknown[0] if unknown else '(none)'!r}; allowed: {', '.join(FORMATS)}")
     if tile % 32 or tile < 32:
         raise InputError(f"--tile {tile}: exports need a multiple of 32 (the network's stride and element grid). Fix: pass e.g. {max(32, tile // 32 * 32)}")
+    if not 0 <= overlap < tile:
+        raise InputError(f"--overlap {overlap}: tiles of {tile} px need an overlap in [0, {tile}). Fix: pass e.g. --overlap {tile // 4}")
     channels = int(model.hparams.get("in_channels", 1))
     model = model.float().eval()
     reference = exportable(model)  # what the tracer records, run by PyTorch: the static scan, the final output
@@ -274,7 +276,6 @@ def export_restoration(
     except ValueError as exc:
         raise InputError(f"{how.model}: {exc}. Fix: retrain or re-import the model") from None
     stem = name or Path(how.name).stem.removesuffix(".pt")
-    return export_model(
-        model, out_dir, name=stem, tile=tile or how.tile or 512, overlap=how.overlap if overlap is None else overlap,
-        normalise=kind, blend=how.blend, formats=formats,
-    )  # fmt: skip
+    tile = tile or how.tile or 512
+    overlap = min(how.overlap, tile // 4) if overlap is None else overlap  # the network's own, unless a small tile cannot hold it
+    return export_model(model, out_dir, name=stem, tile=tile, overlap=overlap, normalise=kind, blend=how.blend, formats=formats)
