@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import patient
 
 from dgno.analysis.cost import _forward_flops, cost_table
 from dgno.analysis.rank import dataset_rank_table
@@ -294,5 +295,5 @@ def test_levers_file_gives_lever_rows_evaluations_and_findings(tmp_path):
     assert head == ["file", "topic", "finding"] and {r[1] for r in rows} >= {"bf16 training", "torch.compile", "gradient check"}
 
     cmd = [sys.executable, "-m", "benchmarks.tools.gpu_speed_table", str(path)]
-    printed = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True, timeout=120).stdout
+    printed = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True, timeout=patient(120)).stdout
     assert "Findings of the training-step levers benchmark" in printed and "graphs+overlap_io" in printed

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import ROOT, SNAKEMAKE, write_tiny_dataset
+from conftest import ROOT, SNAKEMAKE, patient, write_tiny_dataset
 from torch.testing import assert_close
 
 from dgno.analysis.operators import (
@@ -215,7 +215,7 @@ def test_rule_is_in_the_smoke_dag(tmp_path):
         [SNAKEMAKE, "-n", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile", str(ROOT / "tests" / "smoke.yaml")],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=patient(300),
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]

@@ -25,6 +25,9 @@ def test_rank_one_matrix_has_rank_one():
     rng = np.random.default_rng(1)
     m = np.outer(rng.standard_normal(40), rng.standard_normal(6))
     assert effective_rank(m) == pytest.approx(1.0, abs=1e-6)
+    z = rng.standard_normal((4096, 48))
+    full = effective_rank(z)
+    assert 0.95 * 48 < full < 48 and effective_rank(7 * z) == pytest.approx(full)  # scaling z leaves it unchanged
 
 
 def test_effective_rank_between_one_and_min_dim_and_zero_matrix():

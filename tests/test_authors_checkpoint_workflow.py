@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import ROOT, SNAKEMAKE
+from conftest import ROOT, SNAKEMAKE, patient
 from fixtures_authors import AUTHORS_FIXTURES
 
 from dgno.checkpoint import load_trained, weights_digest
@@ -73,7 +73,7 @@ def test_workflow_downloads_imports_and_evaluates_the_authors_weights(served, tm
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     target = "results/eval/nuclei/dgno-cell-authors/z02/summary.json"
     cmd = [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile", str(tmp_path / "config.yaml"), "--cores", "2", target]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=patient(600))
     assert proc.returncode == 0, proc.stderr[-6000:]
     assert "rule train" not in proc.stderr  # nothing was trained: the weights are the authors'
 

@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 import yaml
 from bbbc006_replica import CHANNELS, TEST_FIELDS, WELLS, archive_members, broad_name, broad_zips, plane_image, targz_bytes
-from conftest import ROOT, SNAKEMAKE
+from conftest import ROOT, SNAKEMAKE, patient
 from fixtures_authors import toy_release
 from fixtures_http import serve
 
@@ -41,7 +41,7 @@ def _jobs(text: str) -> dict[str, int]:
 @pytest.mark.slow
 def test_dry_run_of_the_slurm_profile_lists_archive_imports_and_evaluations():
     """The documented dry run, verbatim from the repository root: `snakemake -n --profile slurm authors`."""
-    proc = subprocess.run([SNAKEMAKE, "-n", "--profile", "slurm", "authors"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([SNAKEMAKE, "-n", "--profile", "slurm", "authors"], cwd=ROOT, capture_output=True, text=True, timeout=patient(300))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     jobs = _jobs(proc.stdout + proc.stderr)
     assert jobs["bbbc006_authors_archive"] == 1 and jobs["authors_checkpoint"] == 6 and jobs["import_authors"] == 6
@@ -130,9 +130,9 @@ def _config(tmp: Path, base_url: str, options: Path, **datasets) -> Path:
     return path
 
 
-def _snakemake(tmp: Path, config: Path, *targets: str, timeout: int = 900) -> subprocess.CompletedProcess:
+def _snakemake(tmp: Path, config: Path, *targets: str, timeout: float = 900) -> subprocess.CompletedProcess:
     cmd = [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp), "--configfile", str(config), "--cores", "2", *targets]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=patient(timeout), env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import json
 import time
 
 import pytest
+from conftest import patient
 
 from dgno.cli import main
 
@@ -86,7 +87,7 @@ def test_ring_benchmark_interleaves_the_methods_and_records_every_round(tmp_path
     out = tmp_path / "ring.json"
     root = Path(__file__).resolve().parents[1]
     args = ["--sizes", "32", "--speedup-sizes", "32", "--rounds", "3", "--ring-runs", "2", "--repeats", "1"]
-    subprocess.run([sys.executable, "-m", "benchmarks.cpu.ring", str(out), *args], check=True, capture_output=True, timeout=300, cwd=root)
+    subprocess.run([sys.executable, "-m", "benchmarks.cpu.ring", str(out), *args], check=True, capture_output=True, timeout=patient(300), cwd=root)
     data = json.loads(out.read_text())
     assert [row["cache"] for row in data["forward"]] == [True, False]
     assert [row["coeffs"] for row in data["speedup_vs_brute_force"]] == ["reference", "reference_x2"]
@@ -109,7 +110,7 @@ def test_ring_stage_benchmark_times_every_stage(tmp_path):
     out = tmp_path / "stages.json"
     root = Path(__file__).resolve().parents[1]
     cmd = [sys.executable, "-m", "benchmarks.cpu.ring_stages", str(out), "--size", "32", "--runs", "2"]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=300, cwd=root)
+    subprocess.run(cmd, check=True, capture_output=True, timeout=patient(300), cwd=root)
     data = json.loads(out.read_text())
     assert set(data["stages"]) == {"taps", "sampling_plan", "radial_psfs", "spectra", "apply", "end_to_end", "end_to_end_cold"}
     assert all(0 < s["min_ms"] <= s["median_ms"] for s in data["stages"].values())

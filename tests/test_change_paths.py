@@ -1,8 +1,13 @@
-"""How many files a change touches: each test makes one change a user makes — a baseline, a dataset, a
-paired-set source, a report figure — in a copy of the repository's code, file by file, counts the files it
-edited, and checks that the change took effect (the config validates, the network builds, Snakemake's dry
-run plans the added jobs, the report lists the added figure). The metric set's one-edit path is
-tests/test_metric_spec.py. The counts are the project's promise in docs/extending.md."""
+"""The change paths of docs/extending.md, walked as a newcomer walks them: in a copy of the repository, each
+documented change (a baseline, a dataset, a paired source, a metric, a report figure, an experiment) is made
+file by file as the docs say, and then what it affects is run: the files it edited are counted against the
+docs' promise, Snakemake plans the jobs it adds, and the copy's own fast tests that touch the concept pass
+with the change in place (a list that a change extends, such as the baselines the any-size tests cover,
+picks it up by itself).
+
+All six changes are made in one copy and the fast tests run once over it (a few minutes on 2 cores, so the
+module is marked slow: `make test`); each test below checks its own change's share.
+"""
 
 from __future__ import annotations
 
@@ -11,28 +16,50 @@ import re
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, SNAKEMAKE
+from conftest import ROOT, SNAKEMAKE, patient
 
-COPIED = ("src", "workflow", "Snakefile", "config", "profiles", "envs", "tests/smoke.yaml")
+pytestmark = pytest.mark.slow  # copies the checkout, plans the workflow and runs fast tests there: make test
+
+COPIED = ("src", "workflow", "Snakefile", "config.yaml", "config", "profiles", "envs", "tests", "benchmarks", "pyproject.toml")
+FAST = "not e2e and not slow and not slurm and not rehearsal and not cluster and not long"  # make test-fast's selection
+# The fast tests that touch each concept: they read its declaration, its config or its outputs.
+AFFECTED = {
+    "baseline": ("tests/test_baselines.py", "tests/test_architecture.py"),
+    "dataset": ("tests/test_catalogue.py",),
+    "paired source": ("tests/test_paired_sets.py", "tests/test_data_check.py", "tests/test_schema_constants.py", "tests/test_architecture.py"),
+    "metric": ("tests/test_metric_spec.py", "tests/test_metrics.py"),
+    "figure": ("tests/test_catalogue.py", "tests/test_profiles.py", "tests/test_architecture.py"),
+    "experiment": ("tests/test_catalogue.py", "tests/test_schema_constants.py"),
+}
 
 
+@dataclass
 class Checkout:
-    """A copy of the repository's code in which a change is made one file at a time."""
+    """A copy of the repository in which changes are made one file at a time, each edit filed under a change."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.touched: set[str] = set()
+    root: Path
+    touched: dict[str, set[str]] = field(default_factory=dict)
+    change: str = ""
+
+    @classmethod
+    def copy_of(cls, root: Path) -> Checkout:
         for rel in COPIED:
             src, dst = ROOT / rel, root / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
             if src.is_dir():
-                shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+                shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache", "results"))
             else:
                 shutil.copy2(src, dst)
+        return cls(root)
+
+    def _touch(self, rel: str) -> None:
+        self.touched.setdefault(self.change, set()).add(rel)
 
     def edit(self, rel: str, old: str, replacement: str) -> None:
         """Replace the one occurrence of ``old`` in file ``rel``."""
@@ -40,17 +67,24 @@ class Checkout:
         text = path.read_text()
         assert text.count(old) == 1, f"{rel}: {old!r} occurs {text.count(old)} times"
         path.write_text(text.replace(old, replacement))
-        self.touched.add(rel)
+        self._touch(rel)
+
+    def append(self, rel: str, text: str) -> None:
+        path = self.root / rel
+        path.write_text(path.read_text() + text)
+        self._touch(rel)
 
     def write(self, rel: str, text: str) -> None:
         path = self.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-        self.touched.add(rel)
+        self._touch(rel)
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONPATH": str(self.root / "src"), "OMP_NUM_THREADS": "1"}
 
     def python(self, code: str) -> str:
-        env = {**os.environ, "PYTHONPATH": str(self.root / "src"), "OMP_NUM_THREADS": "1"}
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, cwd=self.root)
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=patient(300), env=self.env(), cwd=self.root)
         assert proc.returncode == 0, proc.stderr[-4000:]
         return proc.stdout
 
@@ -59,36 +93,37 @@ class Checkout:
         workdir = self.root / "run"
         workdir.mkdir(exist_ok=True)
         cmd = [SNAKEMAKE, "-n", *targets, "--snakefile", str(self.root / "Snakefile"), "--directory", str(workdir), "--configfile", str(self.root / configfile)]
-        env = {**os.environ, "PYTHONPATH": str(self.root / "src")}
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=self.root)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=patient(300), env=self.env(), cwd=self.root)
         assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
         return proc.stdout
 
+    def fast_tests(self, files: list[str]) -> dict[str, dict[str, str]]:
+        """The copy's fast tests in ``files``, run there: {file: {test name: "passed" / "failed" / "skipped"}}."""
+        report = self.root / "fast.xml"
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", FAST, f"--junitxml={report}", *files]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=patient(1200), env=self.env(), cwd=self.root)
+        assert report.exists(), proc.stdout[-4000:] + proc.stderr[-4000:]
+        outcomes: dict[str, dict[str, str]] = {}
+        for case in ET.parse(report).getroot().iter("testcase"):
+            rel = "tests/" + case.get("classname", "").split(".")[-1] + ".py"
+            kind = next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed")
+            outcomes.setdefault(rel, {})[case.get("name", "")] = {"error": "failed", "failure": "failed"}.get(kind, kind)
+        outcomes["_output"] = {"tail": proc.stdout[-6000:]}
+        return outcomes
+
     def occurrences(self, text: str) -> list[str]:
-        """Files of the copy (code, rules, configs) that contain ``text``."""
-        return [
+        """Files of the copy's code, rules and configs (not its tests) that contain ``text``."""
+        return sorted(
             str(p.relative_to(self.root))
-            for p in self.root.rglob("*")
-            if p.is_file() and p.suffix in (".py", ".smk", ".yaml", ".rst", "") and "run" not in p.relative_to(self.root).parts[:1]
-            and text in p.read_text(errors="ignore")
-        ]
+            for top in ("src", "workflow", "Snakefile", "config.yaml", "config")
+            for p in ([self.root / top] if (self.root / top).is_file() else (self.root / top).rglob("*"))
+            if p.is_file() and p.suffix in (".py", ".smk", ".yaml", ".rst", "") and text in p.read_text(errors="ignore")
+        )
 
 
-@pytest.fixture
-def checkout(tmp_path) -> Checkout:
-    return Checkout(tmp_path / "repo")
+# ----------------------------------------------------------------------------------- the changes, as documented
 
-
-def _smoke(checkout: Checkout) -> dict:
-    return yaml.safe_load((checkout.root / "tests" / "smoke.yaml").read_text())
-
-
-def _write_config(checkout: Checkout, config: dict, rel: str = "config/mine.yaml") -> str:
-    checkout.write(rel, yaml.safe_dump(config, sort_keys=False))
-    return rel
-
-
-TINY_NET = '''"""TinyNet: one 3x3 convolution, a baseline as small as a registry network can be."""
+TINY_NET = '''"""TinyNet: one 3x3 convolution each way, a baseline as small as a registry network can be."""
 
 from torch import nn
 
@@ -104,44 +139,37 @@ class TinyNet(nn.Module):
 '''
 
 
-@pytest.mark.slow  # copies the checkout and plans the workflow: make test
-def test_a_baseline_is_its_network_file_one_registry_entry_and_a_config_entry(checkout):
-    checkout.write("src/dgno/models/tinynet.py", TINY_NET)
-    checkout.edit(
+def add_baseline(c: Checkout) -> None:
+    c.write("src/dgno/models/tinynet.py", TINY_NET)
+    c.edit(
         "src/dgno/models/registry.py",
         "BASELINES: dict[str, Entry] = {\n",
         'BASELINES: dict[str, Entry] = {\n    "tinynet": Entry("dgno.models.tinynet:TinyNet", {"paper": {"width": 32}, "demo": {"width": 8}, "smoke": {"width": 4}}),\n',
     )
-    config = _smoke(checkout)
-    config["methods"]["tinynet"] = {"model": "tinynet", "label": "TinyNet"}
-    config["experiments"]["operators"]["methods"].append("tinynet")
-    rel = _write_config(checkout, config)
-    assert len(checkout.touched) <= 3, sorted(checkout.touched)
-    out = checkout.python(
-        "import torch; from dgno.models.registry import build_model, list_models; from dgno.workflow.config import load_config\n"
-        f"load_config({rel!r})\n"
-        "model = build_model('tinynet', scale='smoke')\n"
-        "print('tinynet' in list_models(), model(torch.rand(1, 1, 16, 16))[-1].shape, model.hparams['width'])\n"
-    )
-    assert out.split() == ["True", "torch.Size([1,", "1,", "16,", "16])", "4"]
-    plan = checkout.dry_run(rel, "operators")
-    assert "results/train/nuclei/tinynet/model.pt" in plan and "results/eval/nuclei/tinynet/z02/summary.json" in plan
+    c.edit("config.yaml", "\nmethods:\n", "\nmethods:\n  tinynet: {model: tinynet, label: TinyNet}\n")
+    c.edit("config.yaml", "    methods: [gg, lg, dgno-face, dgno-cell]\n    seeds: 2", "    methods: [gg, lg, dgno-face, dgno-cell, tinynet]\n    seeds: 2")
 
 
-def test_a_dataset_of_an_existing_source_is_config_only(checkout):
-    config = _smoke(checkout)
-    config["datasets"]["shapes_wide"] = {**config["datasets"]["shapes_narrow"], "levels": {"sigma": [0.5, 2.5]}}
-    config["datasets"]["shapes_wide"].pop("paper_column")
-    config["experiments"]["synthetic"]["datasets"].append("shapes_wide")
-    rel = _write_config(checkout, config)
-    assert checkout.touched == {rel}
-    plan = checkout.dry_run(rel, "synthetic")
-    for path in ("results/data/shapes_wide/split.csv", "results/eval/shapes_wide/dgno-cell/sigma/summary.json", "results/figures/visual_shapes_wide.png"):
-        assert path in plan, path
+def add_dataset(c: Checkout) -> None:
+    """A third set of shapes, with scenes of its own (its own seed) and a narrower blur range."""
+    dataset = """  shapes_tall:
+    source: synthetic_shapes
+    seed: 7
+    size: [96, 96]
+    n_train: 8
+    n_val: 2
+    n_test: 4
+    correlation_length: 24
+    levels:
+      sigma: [1.0, 1.5]
+    train_levels: [sigma]
+    test_levels: [sigma]
+"""
+    c.edit("config.yaml", "\ndatasets:\n", "\ndatasets:\n" + dataset)
+    c.edit("config.yaml", "datasets: [shapes_narrow, shapes_wide]", "datasets: [shapes_narrow, shapes_wide, shapes_tall]")
 
 
-def test_a_paired_set_source_is_its_layout_the_schemas_enum_and_a_config(checkout):
-    layout = '''    "labpairs": PairedLayout(
+LAYOUT = '''    "labpairs": PairedLayout(
         name="labpairs",
         title="A lab's own (blurred, sharp) pairs",
         counts={"": 10},
@@ -154,26 +182,43 @@ def test_a_paired_set_source_is_its_layout_the_schemas_enum_and_a_config(checkou
         citation="the lab's own data",
     ),
 '''
-    checkout.edit("src/dgno/data/paired_sets.py", 'Source = Literal["3dhistech", "dpdd", "realdof"]', 'Source = Literal["3dhistech", "dpdd", "realdof", "labpairs"]')
-    checkout.edit("src/dgno/data/paired_sets.py", '    "realdof": {"": "test"},\n}', '    "realdof": {"": "test"},\n    "labpairs": {"": "test"},\n}')
-    checkout.edit("src/dgno/data/paired_sets.py", "LAYOUTS: dict[str, PairedLayout] = {\n", "LAYOUTS: dict[str, PairedLayout] = {\n" + layout)
-    checkout.edit(
+
+
+def add_paired_source(c: Checkout) -> None:
+    c.edit("src/dgno/data/paired_sets.py", 'Source = Literal["3dhistech", "dpdd", "realdof"]', 'Source = Literal["3dhistech", "dpdd", "realdof", "labpairs"]')
+    c.edit("src/dgno/data/paired_sets.py", '    "realdof": {"": "test"},\n}', '    "realdof": {"": "test"},\n    "labpairs": {"": "test"},\n}')
+    c.edit("src/dgno/data/paired_sets.py", "LAYOUTS: dict[str, PairedLayout] = {\n", "LAYOUTS: dict[str, PairedLayout] = {\n" + LAYOUT)
+    c.edit(
         "workflow/schemas/config.schema.yaml",
         "enum: [demo_nuclei, synthetic_shapes, seidel, sigma_map, bbbc006, 3dhistech, dpdd, realdof]",
         "enum: [demo_nuclei, synthetic_shapes, seidel, sigma_map, bbbc006, 3dhistech, dpdd, realdof, labpairs]",
     )
-    config = _smoke(checkout)
+    config = yaml.safe_load((c.root / "tests" / "smoke.yaml").read_text())  # its data are placed by hand: a config of its own
     config["datasets"]["lab"] = {"source": "labpairs", "trained_on": "nuclei", "train_levels": ["real"], "test_levels": ["real"]}
     config["experiments"]["dpdd"] = {"dataset": "lab", "methods": ["gg", "dgno-cell"]}
-    rel = _write_config(checkout, config)
-    assert len(checkout.touched) <= 4, sorted(checkout.touched)
-    out = checkout.python("from dgno.data.check import NAMES; from dgno.workflow.config import load_config, PAIRED_SOURCES\n"
-                          f"load_config({rel!r}); print('labpairs' in NAMES, 'labpairs' in PAIRED_SOURCES)")  # fmt: skip
-    assert out.split() == ["True", "True"]
-    plan = checkout.dry_run(rel, "results/tables/dpdd.csv")
-    assert "results/data/lab/manifest.json" in plan and "results/eval/lab/dgno-cell/real/summary.json" in plan
+    c.write("config/lab.yaml", yaml.safe_dump(config, sort_keys=False))
 
 
+METRIC = '''
+
+def mean_absolute_error(pred, gt) -> float:
+    """Mean |pred - gt| over the image, the prediction clipped to [0, 1] as every metric clips it."""
+    import numpy as np
+
+    return float(np.mean(np.abs(np.clip(pred, 0, 1) - gt)))
+
+
+# Table order: the columns'''
+
+
+def add_metric(c: Checkout) -> None:
+    """The docs' example: mean absolute error, its function written beside its entry."""
+    c.edit("src/dgno/metric_spec.py", "\n\n# Table order: the columns", METRIC)
+    c.edit("src/dgno/metric_spec.py", '    Metric("ssim", "dgno.metrics:ssim", "higher", 3, "SSIM"),\n',
+           '    Metric("ssim", "dgno.metrics:ssim", "higher", 3, "SSIM"),\n    Metric("mae", mean_absolute_error, "lower", 4, "MAE"),\n')  # fmt: skip
+
+
+HISTOGRAM_PATH = "results/figures/histogram_{dataset}.png"
 HISTOGRAM_SCRIPT = '''"""Rule figure_histogram: the histogram of every method's per-image PSNR on one dataset."""
 
 import matplotlib
@@ -209,35 +254,24 @@ rule figure_histogram:
 """
 
 
-@pytest.mark.slow  # copies the checkout and plans the workflow: make test
-def test_a_report_figure_is_its_script_its_rule_and_its_catalogue_entry_with_its_path_written_once(checkout):
-    path = "results/figures/histogram_{dataset}.png"
-    checkout.write("workflow/scripts/figure_histogram.py", HISTOGRAM_SCRIPT)
-    rules = (checkout.root / "workflow/rules/report.smk").read_text()
-    checkout.edit("workflow/rules/report.smk", rules[-200:], rules[-200:] + HISTOGRAM_RULE)
-    checkout.edit(
+def add_figure(c: Checkout) -> None:
+    c.write("workflow/scripts/figure_histogram.py", HISTOGRAM_SCRIPT)
+    c.append("workflow/rules/report.smk", HISTOGRAM_RULE)
+    c.edit(
         "src/dgno/experiments/catalogue.py",
         "FIGURES: dict[str, Figure] = {\n",
-        f'FIGURES: dict[str, Figure] = {{\n    "histogram": Figure("{path}", "Per-image PSNR on {{dataset}}", "Histogram of per-image PSNR.", "Visual comparisons"),\n',
+        f'FIGURES: dict[str, Figure] = {{\n    "histogram": Figure("{HISTOGRAM_PATH}", "Per-image PSNR on {{dataset}}", "Histogram of per-image PSNR.", "Visual comparisons"),\n',
     )
-    checkout.edit("src/dgno/experiments/catalogue.py", 'figures=("visual", "error_difference", "edge_band", "training_curves"), seeded=True', 'figures=("visual", "error_difference", "edge_band", "training_curves", "histogram"), seeded=True')
-    assert len(checkout.touched) <= 3, sorted(checkout.touched)
-    assert checkout.occurrences(path) == ["src/dgno/experiments/catalogue.py"]
-    plan = checkout.dry_run("tests/smoke.yaml", "report/index.html")
-    assert re.search(r"rule figure_histogram:\n(.*\n)*?\s+output: results/figures/histogram_nuclei.png", plan)
-    out = checkout.python(
-        "from pathlib import Path; from dgno.report.section import experiment_figures; from dgno.workflow.config import load_config\n"
-        "print([f.title for f in experiment_figures(Path('nowhere'), load_config('tests/smoke.yaml'), 'operators')][-1])"
-    )
-    assert out.strip() == "Per-image PSNR on nuclei"
+    c.edit("src/dgno/experiments/catalogue.py", 'figures=("visual", "error_difference", "edge_band", "training_curves"), seeded=True',
+           'figures=("visual", "error_difference", "edge_band", "training_curves", "histogram"), seeded=True')  # fmt: skip
 
 
 SECTION = """
 
 def sharpness_section(name: str, config: dict, summaries, results=None):
-    \"\"\"A throwaway experiment's section: its title and its metric table.\"\"\"
+    \"\"\"A newcomer's experiment's section: its title and its metric table.\"\"\"
     exp = config["experiments"][name]
-    sec = experiment_section(name)
+    sec = empty_section(name)
     sec.tables.append(
         metric_table(summaries, datasets=[exp["dataset"]], methods=exp["methods"], method_cfgs=config["methods"],
                      levels={exp["dataset"]: table_levels(config, exp["dataset"])}, metrics=table_metrics(name), paper_rows=None)
@@ -246,8 +280,8 @@ def sharpness_section(name: str, config: dict, summaries, results=None):
 """
 
 
-def test_an_experiment_is_its_schema_keys_its_catalogue_entry_and_its_section(checkout):
-    checkout.edit(
+def add_experiment(c: Checkout) -> None:
+    c.edit(
         "workflow/schemas/config.schema.yaml",
         "    description: Which experiments of the paper's catalogue this run performs\n    properties:\n",
         "    description: Which experiments of the paper's catalogue this run performs\n    properties:\n"
@@ -255,28 +289,123 @@ def test_an_experiment_is_its_schema_keys_its_catalogue_entry_and_its_section(ch
         "        properties:\n          seeds: {$ref: \"#/$defs/seeds\"}\n          dataset: {type: string}\n"
         "          methods: {type: array, items: {type: string}, minItems: 1}\n",
     )
-    checkout.edit(
+    c.edit(
         "src/dgno/experiments/catalogue.py",
         "EXPERIMENTS: tuple[Experiment, ...] = (\n",
         "EXPERIMENTS: tuple[Experiment, ...] = (\n"
         '    Experiment("sharpness", None, "Sharpness check", "dgno.report.results:sharpness_section", seeded=True,\n'
-        '               table=Table("Sharpness check on {datasets}.", "Main results", versus=("gg",)), figures=("visual",)),\n',
+        '               table=Table("Sharpness check: PSNR, SSIM and LPIPS of each method on {datasets}.", "Main results", versus=("gg",)), figures=("visual",)),\n',
     )
-    results = (checkout.root / "src/dgno/report/results.py").read_text()
-    checkout.edit("src/dgno/report/results.py", results[-300:], results[-300:] + SECTION)
-    config = _smoke(checkout)
-    config["experiments"]["sharpness"] = {"dataset": "nuclei", "methods": ["gg", "dgno-cell"], "seeds": 2}
-    rel = _write_config(checkout, config)
-    assert len(checkout.touched) <= 4, sorted(checkout.touched)  # the three, and the config that runs it
-    plan = checkout.dry_run(rel, "sharpness")
+    c.append("src/dgno/report/results.py", SECTION)
+    c.edit("config.yaml", "\nexperiments:\n", "\nexperiments:\n  sharpness:\n    dataset: nuclei\n    methods: [gg, dgno-cell]\n    seeds: 2\n")
+
+
+CHANGES = {"baseline": add_baseline, "dataset": add_dataset, "paired source": add_paired_source, "metric": add_metric, "figure": add_figure, "experiment": add_experiment}
+
+
+@dataclass
+class Changed:
+    checkout: Checkout
+    plan: str  # the dry run of the demo config with the changes, for their targets
+    lab_plan: str  # the dry run of the paired source's config
+    tests: dict[str, dict[str, str]]  # the copy's fast tests: file -> test -> outcome
+
+
+@pytest.fixture(scope="module")
+def changed(tmp_path_factory) -> Changed:
+    c = Checkout.copy_of(tmp_path_factory.mktemp("newcomer") / "repo")
+    for name, make in CHANGES.items():
+        c.change = name
+        make(c)
+    plan = c.dry_run("config.yaml", "operators", "synthetic", "sharpness")
+    lab_plan = c.dry_run("config/lab.yaml", "results/tables/dpdd.csv")
+    files = sorted({f for fs in AFFECTED.values() for f in fs})
+    return Changed(c, plan, lab_plan, c.fast_tests(files))
+
+
+def _fast_tests_pass(changed: Changed, change: str) -> None:
+    for rel in AFFECTED[change]:
+        outcomes = changed.tests.get(rel, {})
+        failed = sorted(name for name, outcome in outcomes.items() if outcome == "failed")
+        assert outcomes and not failed, f"{change}: {rel} with the change: failed {failed}\n{changed.tests['_output']['tail']}"
+
+
+def test_the_docs_promise_the_counts_these_changes_touch():
+    """docs/extending.md's table is the promise each test below holds the copy to."""
+    text = (ROOT / "docs" / "extending.md").read_text()
+    for row, count in [("a baseline network", 3), ("a dataset of an existing source", 1), ("a paired (blurred, sharp) source", 3),
+                       ("a report figure", 3), ("a metric", 1), ("an experiment", 3)]:  # fmt: skip
+        assert re.search(rf"^\| {re.escape(row)} \| {count}\b", text, re.M), row
+
+
+def test_a_baseline_is_its_network_file_one_registry_entry_and_a_config_entry(changed):
+    c = changed.checkout
+    assert c.touched["baseline"] == {"src/dgno/models/tinynet.py", "src/dgno/models/registry.py", "config.yaml"}
+    assert "results/train/nuclei/tinynet/model.pt" in changed.plan and "results/eval/nuclei/tinynet/z02/summary.json" in changed.plan
+    _fast_tests_pass(changed, "baseline")
+    ran = changed.tests["tests/test_baselines.py"]  # the registry's list: the new network's own any-size, gradient and rebuild tests
+    for test in ("test_any_size_forward[tinynet]", "test_gradients_reach_every_parameter[tinynet]", "test_hparams_rebuild_identical_outputs[tinynet]"):
+        assert ran.get(test) == "passed", test
+
+
+def test_a_dataset_of_an_existing_source_is_config_only_with_scenes_of_its_own(changed):
+    c = changed.checkout
+    assert c.touched["dataset"] == {"config.yaml"}
+    for path in ("results/data/shapes_tall/split.csv", "results/eval/shapes_tall/dgno-cell/sigma/summary.json", "results/figures/visual_shapes_tall.png"):
+        assert path in changed.plan, path
+    out = c.python("from dgno.workflow import plan; from dgno.workflow.config import load_config; cfg = load_config('config.yaml')\n"
+                   "print(plan.dataset_seed(cfg, 'shapes_tall'), plan.dataset_seed(cfg, 'shapes_narrow'), cfg['seed'])")  # fmt: skip
+    assert out.split() == ["7", "0", "0"]  # its own seed; the others keep the run's
+    _fast_tests_pass(changed, "dataset")
+
+
+def test_a_paired_set_source_is_its_layout_the_schemas_enum_and_a_config(changed):
+    c = changed.checkout
+    assert c.touched["paired source"] == {"src/dgno/data/paired_sets.py", "workflow/schemas/config.schema.yaml", "config/lab.yaml"}
+    out = c.python("from dgno.data.check import NAMES; from dgno.workflow.config import load_config, PAIRED_SOURCES\n"
+                   "load_config('config/lab.yaml'); print('labpairs' in NAMES, 'labpairs' in PAIRED_SOURCES)")  # fmt: skip
+    assert out.split() == ["True", "True"]
+    assert "results/data/lab/manifest.json" in changed.lab_plan and "results/eval/lab/dgno-cell/real/summary.json" in changed.lab_plan
+    _fast_tests_pass(changed, "paired source")
+
+
+def test_a_metric_is_one_entry_with_its_function_beside_it(changed):
+    c = changed.checkout
+    assert c.touched["metric"] == {"src/dgno/metric_spec.py"}
+    out = c.python(
+        "import numpy as np; from dgno import metric_spec\n"
+        "m = metric_spec.metric('mae'); gt = np.full((8, 8), 0.5)\n"
+        "print(m.compute()(gt + 0.25, gt), metric_spec.label('mae'), metric_spec.digits('mae'), 'mae' in metric_spec.summary_columns())"
+    )
+    assert out.split() == ["0.25", "MAE", "↓", "4", "True"]
+    _fast_tests_pass(changed, "metric")
+
+
+def test_a_report_figure_is_its_script_its_rule_and_its_catalogue_entry_with_its_path_written_once(changed):
+    c = changed.checkout
+    assert c.touched["figure"] == {"workflow/scripts/figure_histogram.py", "workflow/rules/report.smk", "src/dgno/experiments/catalogue.py"}
+    assert c.occurrences(HISTOGRAM_PATH) == ["src/dgno/experiments/catalogue.py"]
+    assert re.search(r"rule figure_histogram:\n(.*\n)*?\s+output: results/figures/histogram_nuclei.png", changed.plan)
+    out = c.python(
+        "from pathlib import Path; from dgno.report.section import experiment_figures; from dgno.workflow.config import load_config\n"
+        "print([f.title for f in experiment_figures(Path('nowhere'), load_config('config.yaml'), 'operators')][-1])"
+    )
+    assert out.strip() == "Per-image PSNR on nuclei"
+    _fast_tests_pass(changed, "figure")  # test_profiles: the figure_ rule is a local rule without a line in resources.py
+
+
+def test_an_experiment_is_its_schema_keys_its_catalogue_entry_and_its_section(changed):
+    c = changed.checkout
+    assert c.touched["experiment"] == {"workflow/schemas/config.schema.yaml", "src/dgno/experiments/catalogue.py", "src/dgno/report/results.py", "config.yaml"}
     for path in ("results/tables/sharpness.csv", "results/eval/nuclei/dgno-cell/seed=1/z02/summary.json", "results/figures/visual_nuclei.png"):
-        assert path in plan, path
-    out = checkout.python(
+        assert path in changed.plan, path
+    out = c.python(
         "import pandas as pd; from pathlib import Path; from dgno.report.build import experiment_section; from dgno.experiments import catalogue\n"
-        f"from dgno.workflow.config import load_config; cfg = load_config({rel!r})\n"
+        "from dgno.workflow.config import load_config; cfg = load_config('config.yaml')\n"
         "sec = experiment_section(catalogue.experiment('sharpness'), cfg, pd.DataFrame(columns=['dataset', 'method', 'level', 'replicate']), Path('nowhere'))\n"
         "print(sec.title, '|', sec.tables[0].rows[1][1][0].command, '|', sec.figures[0].title, '|', catalogue.table_caption(cfg, 'sharpness'))"
     )
     assert out.strip() == (
-        "Sharpness check | snakemake --cores all results/eval/nuclei/gg/z02/summary.json | Visual comparison on nuclei | Sharpness check on nuclei."
+        "Sharpness check | snakemake --cores all results/eval/nuclei/gg/z02/summary.json | Visual comparison on nuclei | Sharpness check: PSNR, SSIM and LPIPS of each method on nuclei."
     )
+    _fast_tests_pass(changed, "experiment")

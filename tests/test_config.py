@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import patient
 
 from dgno.workflow.config import ConfigError, load_config, validate_config
 
@@ -82,7 +83,7 @@ def test_snakemake_rejects_bad_config_before_running(tmp_path):
         [str(snakemake), "-n", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile", str(cfg)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=patient(120),
     )
     assert proc.returncode != 0
     assert "methods.gg.overrides.boundary" in proc.stdout + proc.stderr

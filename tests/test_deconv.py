@@ -239,7 +239,7 @@ def _noisy_blurred(read_sigma: float = 0.01) -> tuple[np.ndarray, RingBlur]:
     [
         ("wiener", {"balance": 1e-3}, {"balance": 1e-1}, True),  # more balance: less noise amplified
         ("richardson_lucy", {"iterations": 2}, {"iterations": 40}, False),  # more iterations: sharper
-        ("ring", {"lam": 1e-4, "iterations": 40}, {"lam": 3e-2, "iterations": 40}, True),  # more TV weight
+        ("ring", {"tv_weight": 1e-4, "iterations": 40}, {"tv_weight": 3e-2, "iterations": 40}, True),  # more TV weight
     ],
 )
 def test_a_changed_config_setting_changes_the_restoration_in_its_direction(tmp_path, method, weak, strong, smoother):
@@ -269,13 +269,13 @@ def test_a_config_without_restoration_settings_restores_as_the_library_defaults(
 
 
 def test_auto_regularisation_grows_with_the_noise_of_the_image():
-    """The config's default `lam: auto`: the noisier the image, the stronger the TV weight it is restored with
+    """The config's default `tv_weight: auto`: the noisier the image, the stronger the TV weight it is restored with
     (measured λ: 1.3e-4 noise-free, 2.8e-3 at read σ 0.005, 9.7e-3 at 0.02), and never zero."""
     lams = []
     for read_sigma in (0.0, 0.005, 0.02):
         y, op = _noisy_blurred(read_sigma)
         _, used = restore_image(y, "ring", op, {**deconv_params({})["ring"], "iterations": 5})
-        lams.append(used["lam"])
+        lams.append(used["tv_weight"])
     assert lams[0] > 0 and lams[0] * 5 < lams[1] and lams[1] * 2 < lams[2], lams
 
 
@@ -288,19 +288,19 @@ def test_deconvolve_dataset_uses_the_given_settings(tmp_path):
     calibrate(calib_json, coeffs_true=REFERENCE_COEFFS, image_size=64, seed=0, n_images=2, n_iter=30, n_starts=1)
     data = blur_dataset(src, tmp_path / "d", seidel={}, split="test")
     runs = {
-        "fixed": {"lam": 1e-2, "iterations": 15},
-        "auto_strong": {"lam_per_sigma": 2.0, "iterations": 60},
-        "auto_weak": {"lam_per_sigma": 0.05, "iterations": 60},
+        "fixed": {"tv_weight": 1e-2, "iterations": 15},
+        "auto_strong": {"tv_weight_per_sigma": 2.0, "iterations": 60},
+        "auto_weak": {"tv_weight_per_sigma": 0.05, "iterations": 60},
     }
     out = {name: deconvolve_dataset(data, calib_json, tmp_path / name, method="ring", params={"ring": p}) for name, p in runs.items()}
     settings = {name: json.loads((path / "settings.json").read_text()) for name, path in out.items()}
     ids = sorted(settings["fixed"]["per_image"])
     assert ids == ["test_0000", "test_0001"]
-    assert all(settings["fixed"]["per_image"][i]["lam"] == 1e-2 and settings["fixed"]["per_image"][i]["iterations"] == 15 for i in ids)
+    assert all(settings["fixed"]["per_image"][i]["tv_weight"] == 1e-2 and settings["fixed"]["per_image"][i]["iterations"] == 15 for i in ids)
     for i in ids:
         strong, weak = settings["auto_strong"]["per_image"][i], settings["auto_weak"]["per_image"][i]
         assert strong["sigma_hat"] == weak["sigma_hat"] > 0  # the same image, the same noise estimate
-        assert strong["lam"] > 10 * weak["lam"], (strong, weak)
+        assert strong["tv_weight"] > 10 * weak["tv_weight"], (strong, weak)
         images = {name: tifffile.imread(path / f"{i}.tif") for name, path in out.items()}
         assert _tv(images["auto_strong"]) < 0.92 * _tv(images["auto_weak"]), i  # measured 0.85 and 0.87
         assert not np.array_equal(images["fixed"], images["auto_strong"])
@@ -313,9 +313,9 @@ def test_ring_lambda_following_the_noise_beats_the_noise_free_default():
     clean = brute_force_blur(x[None], REFERENCE_COEFFS, field_radius=32.0, psf_size=25)[0]
     y = camera_noise(clean, photons=2000.0, read_noise=0.01, unit="intensity", rng=np.random.default_rng(0))
     op = RingBlur(coeffs=REFERENCE_COEFFS, image_shape=(64 + 2 * m, 64 + 2 * m), field_radius=32.0, psf_size=25)
-    fixed, _ = restore_image(y, "ring", op, {**DEFAULT_PARAMS["ring"], "lam": 3e-5, "iterations": 150})
+    fixed, _ = restore_image(y, "ring", op, {**DEFAULT_PARAMS["ring"], "tv_weight": 3e-5, "iterations": 150})
     auto, used = restore_image(y, "ring", op, {**DEFAULT_PARAMS["ring"], "iterations": 150})
-    assert used["lam"] > 1e-3
+    assert used["tv_weight"] > 1e-3
     assert psnr(auto, x) > psnr(fixed, x) + 2
 
 

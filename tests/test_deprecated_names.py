@@ -9,14 +9,14 @@ or download folder that already holds checkpoints, and every config key.
 from __future__ import annotations
 
 import subprocess
-import warnings
 
 import pytest
 import torch
 import yaml
-from conftest import ROOT, SNAKEMAKE
+from conftest import ROOT, SNAKEMAKE, patient
 from fixtures_authors import AUTHORS_FIXTURES, toy_release
 
+from dgno import deprecation
 from dgno.checkpoint import load_trained
 from dgno.cli import build_parser, main
 from dgno.inference import authors
@@ -25,6 +25,12 @@ from dgno.workflow.config import ConfigError, validate_config
 
 NAME = "DGNO_BBBC006_w1_Cell"
 NOWHERE = "http://127.0.0.1:9/"  # the discard port: nothing listens, so any download attempt fails at once
+
+
+@pytest.fixture(autouse=True)
+def fresh_notices(monkeypatch):
+    """Each test starts as a fresh process would: no notice said yet."""
+    monkeypatch.setattr(deprecation, "SAID", set())
 
 
 # ------------------------------------------------------------------------------------- command line
@@ -65,53 +71,54 @@ def test_official_option_is_hidden_and_still_excludes_checkpoint(command, capsys
 # ------------------------------------------------------------------------------- environment, folders
 
 
-def test_official_url_variable_is_read_when_authors_url_is_not_set(monkeypatch):
+def test_official_url_variable_is_read_when_authors_url_is_not_set(monkeypatch, capsys):
     monkeypatch.delenv(authors.URL_ENV, raising=False)
     monkeypatch.delenv(authors.DEPRECATED_URL_ENV, raising=False)
     assert authors.release_url() == authors.RELEASE_URL
     monkeypatch.setenv("DGNO_OFFICIAL_URL", "http://mirror.example/old/")
-    with pytest.warns(FutureWarning, match=r"\$DGNO_OFFICIAL_URL is deprecated, read as \$DGNO_AUTHORS_URL. Fix: set DGNO_AUTHORS_URL"):
-        assert authors.release_url() == "http://mirror.example/old/"
+    assert authors.release_url() == "http://mirror.example/old/" == authors.release_url()
+    assert capsys.readouterr().err == "environment: $DGNO_OFFICIAL_URL: renamed $DGNO_AUTHORS_URL\n"  # once
+    monkeypatch.setattr(deprecation, "SAID", set())
     monkeypatch.setenv("DGNO_AUTHORS_URL", "http://mirror.example/authors/")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the replacement wins, silently
-        assert authors.release_url() == "http://mirror.example/authors/"
+    assert authors.release_url() == "http://mirror.example/authors/"
+    assert capsys.readouterr().err == ""  # the replacement wins, silently
 
 
-def test_a_checkpoint_in_the_deprecated_folder_is_linked_not_downloaded(tmp_path):
+def test_a_checkpoint_in_the_deprecated_folder_is_linked_not_downloaded(tmp_path, capsys):
     old = tmp_path / "official" / f"{NAME}.pth"
     old.parent.mkdir()
     old.write_bytes(b"checkpoint bytes")
     dest = tmp_path / "authors" / f"{NAME}.pth"
     assert not adopt_deprecated_copy(tmp_path / "authors" / "DGNO_other.pth")  # none there
-    with pytest.warns(FutureWarning, match=r"official: deprecated folder name; DGNO_BBBC006_w1_Cell.pth read from it into .*authors. Fix: move its files"):
-        assert adopt_deprecated_copy(dest)
+    assert adopt_deprecated_copy(dest)
+    said = capsys.readouterr().err
+    assert said == f"folder: {old.parent}: renamed {dest.parent}\n"
     assert dest.read_bytes() == b"checkpoint bytes"
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert not adopt_deprecated_copy(dest)  # in place now: nothing to do, nothing said
+    deprecation.SAID.clear()  # as in a new process
+    assert not adopt_deprecated_copy(dest)  # in place now: nothing to do, nothing said
+    assert capsys.readouterr().err == ""
 
 
-def test_released_network_from_the_deprecated_cache_folder(tmp_path, monkeypatch):
+def test_released_network_from_the_deprecated_cache_folder(tmp_path, monkeypatch, capsys):
     """`dgno deblur --authors NAME` with the checkpoint only in $DGNO_CACHE/official: no download (the URL leads nowhere)."""
     files, options = toy_release(tmp_path / "release", names=(NAME,))
     (tmp_path / "cache" / "official").mkdir(parents=True)
     (tmp_path / "cache" / "official" / f"{NAME}.pth").write_bytes(files[f"{NAME}.pth"])
     monkeypatch.setenv(authors.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setenv(authors.URL_ENV, NOWHERE)
-    with pytest.warns(FutureWarning, match="deprecated folder name"):
-        how = authors.released(NAME, options=options / f"{NAME}.yml", retries=0)
+    how = authors.released(NAME, options=options / f"{NAME}.yml", retries=0)
+    assert f"folder: {tmp_path / 'cache' / 'official'}: renamed" in capsys.readouterr().err
     assert how.model.parent == tmp_path / "cache" / "authors" and how.model.exists()
     assert (tmp_path / "cache" / "authors" / f"{NAME}.pth").read_bytes() == files[f"{NAME}.pth"]
 
 
-def test_the_workflow_download_takes_the_checkpoint_from_the_deprecated_raw_folder(tmp_path):
+def test_the_workflow_download_takes_the_checkpoint_from_the_deprecated_raw_folder(tmp_path, capsys):
     files, _ = toy_release(tmp_path / "release", names=(NAME,))
     (tmp_path / "resources" / "official").mkdir(parents=True)
     (tmp_path / "resources" / "official" / f"{NAME}.pth").write_bytes(files[f"{NAME}.pth"])
     dest = tmp_path / "resources" / "authors" / f"{NAME}.pth"
-    with pytest.warns(FutureWarning, match="deprecated folder name"):
-        assert fetch_authors_checkpoint(NOWHERE + f"{NAME}.pth", dest, retries=0) == dest
+    assert fetch_authors_checkpoint(NOWHERE + f"{NAME}.pth", dest, retries=0) == dest
+    assert f"folder: {tmp_path / 'resources' / 'official'}: renamed" in capsys.readouterr().err
     assert dest.read_bytes() == files[f"{NAME}.pth"]
 
 
@@ -130,18 +137,18 @@ def _paper_pair() -> tuple[dict, dict]:
     for method in ("dgno-face-authors", "dgno-cell-authors"):
         old["methods"][method]["official"] = old["methods"][method].pop("authors_checkpoints")
     old["protocol"] = {("reproduction.tolerances" if k == "authors.tolerances" else k): v for k, v in old["protocol"].items()}
+    ring = old["experiments"]["nonblind"]["ring"]
+    old["experiments"]["nonblind"]["ring"] = {k.replace("tv_weight", "lam"): v for k, v in ring.items()}
     return new, old
 
 
-def test_every_deprecated_config_key_reads_as_its_replacement():
+def test_every_deprecated_config_key_reads_as_its_replacement(capsys):
     new, old = _paper_pair()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        expected = validate_config(new)  # the current names: no warning
-    with pytest.warns(FutureWarning) as caught:
-        got = validate_config(old)
+    expected = validate_config(new)
+    assert capsys.readouterr().err == ""  # the current names: no notice
+    got = validate_config(old)
     assert got == expected
-    said = {str(w.message) for w in caught}
+    said = capsys.readouterr().err.splitlines()
     for old_key, new_key in [
         ("reproduction", "authors"),
         ("downloads.official_url", "downloads.authors_checkpoints_url"),
@@ -150,9 +157,13 @@ def test_every_deprecated_config_key_reads_as_its_replacement():
         ("methods.dgno-face-authors.official", "methods.dgno-face-authors.authors_checkpoints"),
         ("methods.dgno-cell-authors.official", "methods.dgno-cell-authors.authors_checkpoints"),
         ("protocol.reproduction.tolerances", "protocol.authors.tolerances"),
+        *((f"experiments.nonblind.ring.{k}", f"experiments.nonblind.ring.{k.replace('lam', 'tv_weight')}") for k in ("lam", "lam_per_sigma", "lam_min")),
     ]:
-        assert f"config key {old_key}: deprecated, read as {new_key}. Fix: rename it to {new_key}" in said
-    assert len(said) == 7
+        assert f"config: {old_key}: renamed {new_key}" in said
+    assert len(said) == 10
+    _, old = _paper_pair()
+    validate_config(old)
+    assert capsys.readouterr().err == ""  # once per key in a process
 
 
 def test_a_key_given_under_both_names_is_an_error():
@@ -163,7 +174,7 @@ def test_a_key_given_under_both_names_is_an_error():
 
 
 def _job_counts(configfile) -> tuple[dict[str, int], str]:
-    proc = subprocess.run([SNAKEMAKE, "-n", "authors", "--configfile", str(configfile)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([SNAKEMAKE, "-n", "authors", "--configfile", str(configfile)], cwd=ROOT, capture_output=True, text=True, timeout=patient(300))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     table = (proc.stdout + proc.stderr).split("Job stats:")[1].split("total")[0]
     return {row.split()[0]: int(row.split()[1]) for row in table.splitlines()[3:] if row.strip()}, proc.stderr
@@ -180,4 +191,4 @@ def test_snakemake_runs_a_config_with_the_deprecated_names(tmp_path):
     jobs, _ = _job_counts(tmp_path / "new.yaml")
     jobs_old, err = _job_counts(tmp_path / "old.yaml")
     assert jobs_old == jobs and jobs["authors_checkpoint"] == 6 and jobs["import_authors"] == 6
-    assert "FutureWarning: config key reproduction: deprecated, read as authors" in err
+    assert err.count("config: reproduction: renamed authors\n") == 1 and "FutureWarning" not in err

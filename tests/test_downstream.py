@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import patient
 
 from dgno.experiments import stardist as ds
 from dgno.experiments import stardist_training
@@ -81,7 +82,7 @@ def test_module_imports_without_tensorflow_and_names_the_install_command():
         "except ds.MissingExtraError as e:\n"
         "    print(e)\n"
     )
-    res = _run_fresh(code, timeout=60)
+    res = _run_fresh(code, timeout=patient(60))
     assert res.returncode == 0, res.stderr
     assert "pip install -r requirements-stardist.txt" in res.stdout
     assert "stardist" in res.stdout
@@ -98,7 +99,7 @@ def test_torch_can_train_after_the_extra_is_loaded(stardist_extra):
         "lin(torch.ones(1, 2)).sum().backward(); opt.step()\n"
         "print('stepped')\n"
     )
-    res = _run_fresh(code, timeout=300)
+    res = _run_fresh(code, timeout=patient(300))
     assert res.returncode == 0, res.stderr[-2000:]
     assert "stepped" in res.stdout
 

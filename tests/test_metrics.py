@@ -123,28 +123,6 @@ def test_error_difference_map_sign():
     np.testing.assert_allclose(diff[4:], 0.2, atol=1e-6)
 
 
-def test_effective_rank_limits():
-    rng = np.random.default_rng(3)
-    rank_one = np.outer(rng.normal(size=500), rng.normal(size=16))
-    assert metrics.effective_rank(rank_one).rank == pytest.approx(1.0, abs=1e-6)
-    q, _ = np.linalg.qr(rng.normal(size=(200, 16)))
-    k_equal = q[:, :5] @ np.eye(5, 16) * 3.0  # 5 equal singular values
-    result = metrics.effective_rank(k_equal)
-    assert result.rank == pytest.approx(5.0, rel=1e-9)
-    assert result.utilisation == pytest.approx(5.0 / 16, rel=1e-9)
-    z = rng.normal(size=(4096, 48))
-    full = metrics.effective_rank(z)
-    assert 0.95 * 48 < full.rank < 48 and metrics.effective_rank(7 * z).rank == pytest.approx(full.rank)
-    t = torch.from_numpy(z).float()
-    sv = torch.linalg.svdvals(t.double())
-    p = sv / sv.sum()
-    assert metrics.effective_rank(t).rank == pytest.approx(math.exp(-(p * p.log()).sum().item()), rel=1e-6)
-    with pytest.raises(ValueError, match="all zeros"):
-        metrics.effective_rank(np.zeros((4, 3)))
-    with pytest.raises(ValueError, match="not a non-empty"):
-        metrics.effective_rank(np.ones(5))
-
-
 def test_lpips_wrapper_reports_source(monkeypatch, tmp_path):
     """metrics.lpips clips pred and passes source through; with no weights it is (None, 'unavailable: …')."""
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))

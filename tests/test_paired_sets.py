@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import ROOT, SNAKEMAKE
+from conftest import ROOT, SNAKEMAKE, patient
 from fixtures_http import bbbc006_http_session, bbbc006_server  # noqa: F401  (fixtures)
 from fixtures_paired import DPDD_COUNTS, HISTECH_COUNTS, SHAPE, dpdd_zip, pair, realdof_zip, write_histech
 
@@ -37,7 +37,7 @@ def paper_config(tmp_path: Path, *, dpdd_url: str, realdof_url: str, histech: Pa
 
 def run_snakemake(tmp_path: Path, config: Path, *targets: str) -> subprocess.CompletedProcess:
     cmd = [SNAKEMAKE, *targets, "--cores", "2", "--keep-going", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile", str(config)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=patient(300))
 
 
 TARGETS = [f"results/data/{ds}/manifest.json" for ds in ("dpdd", "realdof", "3dhistech")]
@@ -205,7 +205,7 @@ def test_report_sections_compare_with_paper_or_say_how_to_run():
 
 
 def test_prepare_a_subset_reads_only_the_checked_splits(tmp_path):
-    from dgno.data.paired_sets import prepare
+    from dgno.data.paired_prepare import prepare
 
     root = write_histech(tmp_path / "raw")
     out = prepare("3dhistech", root, tmp_path / "prepared", counts={"test": 1}, progress=False)
@@ -215,7 +215,8 @@ def test_prepare_a_subset_reads_only_the_checked_splits(tmp_path):
 
 def test_hidden_files_beside_the_pairs_are_skipped_and_counted(tmp_path):
     """A copy made on a Mac: AppleDouble '._' forks and .DS_Store beside every image, never taken for one."""
-    from dgno.data.paired_sets import check, prepare
+    from dgno.data.paired_prepare import prepare
+    from dgno.data.paired_sets import check
 
     root = write_histech(tmp_path / "raw")
     for png in list(root.rglob("*.png")):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, SNAKEMAKE
+from conftest import ROOT, SNAKEMAKE, patient
 from fixtures_http import bbbc006_http_session, bbbc006_server  # noqa: F401  (fixtures)
 
 
@@ -19,7 +19,7 @@ def test_paper_dag_lists_every_experiment(tmp_path):
         [SNAKEMAKE, "-n", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile", str(ROOT / "config" / "paper.yaml")],
         capture_output=True,
         text=True,
-        timeout=300,  # a guard against a hang, not a speed requirement (the machine may be shared)
+        timeout=patient(300),  # a guard against a hang, not a speed requirement (the machine may be shared)
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
@@ -75,7 +75,7 @@ def test_bbbc006_chain_through_the_workflow(tmp_path, bbbc006_server):  # noqa: 
         [SNAKEMAKE, "results/data/bbbc006_w1/split.csv", "--cores", "2", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile", str(path)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=patient(600),
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     data = tmp_path / "results" / "data" / "bbbc006_w1"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import ROOT, SNAKEMAKE
+from conftest import ROOT, SNAKEMAKE, patient
 from snakemake.cli import parse_args
 
 from dgno.workflow import recovery
@@ -29,7 +29,7 @@ def _snakemake(workdir: Path, *args: str) -> list[str]:
 
 
 def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, **kwargs)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=patient(600), env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, **kwargs)
 
 
 def _start_and_wait_for_a_job(workdir: Path, target: str) -> subprocess.Popen:
@@ -53,7 +53,7 @@ def _start_and_wait_for_a_job(workdir: Path, target: str) -> subprocess.Popen:
 def test_stale_lock_of_a_killed_run_is_removed_and_the_plain_rerun_redoes_its_job(tmp_path):
     proc = _start_and_wait_for_a_job(tmp_path, SPLIT)
     os.killpg(proc.pid, signal.SIGKILL)  # Snakemake and its job: no chance to clean up
-    proc.wait(timeout=60)
+    proc.wait(timeout=patient(60))
     assert recovery.lock_files(tmp_path) and list((tmp_path / ".snakemake" / "incomplete").iterdir())
     # what the job leaves when the kill comes while it writes (here it was still starting): its outputs,
     # half written. Snakemake's marker of the unfinished job (.snakemake/incomplete) is the real one.
@@ -87,7 +87,7 @@ def test_a_live_snakemake_of_this_checkout_keeps_its_lock_and_finishes(tmp_path)
         assert "still running" in message and f"PID {proc.pid}" in message, message
         assert recovery.lock_files(tmp_path)
     finally:
-        out, _ = proc.communicate(timeout=600)
+        out, _ = proc.communicate(timeout=patient(600))
     assert proc.returncode == 0, out[-3000:]
     assert len(list((tmp_path / BLUR).glob("*.tif"))) == 7  # the smoke config's 4 + 1 + 2 images
     assert recovery.clear_stale_lock(tmp_path) == ""  # the finished run unlocked

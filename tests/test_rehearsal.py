@@ -35,7 +35,7 @@ import pytest
 import torch
 import yaml
 from bbbc006_replica import archive_members, broad_zips, targz_bytes
-from conftest import ROOT, SNAKEMAKE
+from conftest import ROOT, SNAKEMAKE, patient
 from fixtures_authors import toy_release
 from fixtures_http import make_image, make_mask, serve
 from fixtures_paired import dpdd_zip, realdof_zip, write_histech
@@ -51,7 +51,7 @@ RULE_LINE = re.compile(r"^(?:local)?rule (\w+):", re.MULTILINE)
 def paper_rule_names(workdir: Path, *configfiles: Path) -> set[str]:
     """Rule names of a dry run's job table: what a full run of that config executes."""
     cmd = [SNAKEMAKE, "-n", "--quiet", "rules", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir), "--configfile", *map(str, configfiles)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=patient(300))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     table = (proc.stdout + proc.stderr).split("Job stats:")[1].split("total")[0]
     names = set(re.findall(r"^(\w+)\s+\d+\s*$", table, re.MULTILINE))
@@ -93,7 +93,7 @@ def stardist_stand_in(folder: Path) -> Path:
                        patch=16, seed=0, dataset="rehearsal stand-in", n_rays=8)
     """)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=patient(600), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return folder / "2D_versatile_fluo"
 
@@ -134,7 +134,7 @@ def test_paper_dag_rehearsal(slurm_cluster, rehearsal_server, tmp_path):
         "--keep-going",  # one run shows every failing rule
     ]  # fmt: skip
     t_run = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3000, preexec_fn=terminate_with_parent)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=patient(3000), preexec_fn=terminate_with_parent)
     run_s = time.perf_counter() - t_run
     out = proc.stdout + proc.stderr
     (tmp_path / "snakemake.log").write_text(out)

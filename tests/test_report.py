@@ -138,12 +138,12 @@ def test_nonblind_protocol_text_comes_from_the_config(tmp_path):
     cfg = copy.deepcopy(load_config(ROOT / "config.yaml"))
     ds = cfg["experiments"]["nonblind"]["dataset"]
     cfg["datasets"][ds]["seidel"]["noise"] = {"photons": 1234.0, "read_sigma": 0.0077}
-    cfg["experiments"]["nonblind"]["ring"].update(lam_per_sigma=0.65, iterations=123)
+    cfg["experiments"]["nonblind"]["ring"].update(tv_weight_per_sigma=0.65, iterations=123)
     cfg["experiments"]["nonblind"]["richardson_lucy"]["iterations"] = 17
     text = " ".join(nonblind_protocol(cfg, tmp_path))
     for value in ("1234 photo-electrons", "read sigma 0.0077", "0.65 x sigma_hat", "123 Adam steps", "17 iterations", "brute-force"):
         assert value in text, value
-    cfg["experiments"]["nonblind"]["ring"]["lam"] = 0.002
+    cfg["experiments"]["nonblind"]["ring"]["tv_weight"] = 0.002
     assert "lambda 0.002," in " ".join(nonblind_protocol(cfg, tmp_path))
 
 

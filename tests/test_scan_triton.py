@@ -14,6 +14,7 @@ import textwrap
 
 import pytest
 import torch
+from conftest import patient
 
 from dgno.layers import scan_triton
 
@@ -74,7 +75,7 @@ _SCRIPT = textwrap.dedent(
 
 def _run(**case) -> dict:
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(case)], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(case)], env=env, capture_output=True, text=True, timeout=patient(300))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tifffile
-from conftest import ROOT
+from conftest import ROOT, patient
 from fixtures_authors import toy_release
 from fixtures_http import serve
 from fixtures_slides import affine, brightfield_slide, fluorescence_slide, identity_model_file, network
@@ -195,7 +195,7 @@ def test_sigterm_stops_with_143_and_the_same_command_finishes_the_job(model, tmp
     try:
         _wait_for_chunks(tmp_path / "a" / ".slide.work", 1, proc)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 143
+        assert proc.wait(timeout=patient(60)) == 143
     finally:
         proc.kill()
     err = proc.stderr.read().decode()
@@ -225,7 +225,7 @@ def test_peak_memory_does_not_grow_with_the_slide(tmp_path):
         src = tmp_path / f"s{side}.ome.tif"
         fluorescence_slide(src, shape=(side, side), regions=[])
         args += [str(src), str(tmp_path / f"o{side}")]
-    done = subprocess.run([sys.executable, "-c", MEMORY_CHILD, *args], env=CHILD_ENV, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", MEMORY_CHILD, *args], env=CHILD_ENV, capture_output=True, text=True, timeout=patient(300))
     assert done.returncode == 0, done.stderr[-2000:]
     small, big = map(float, done.stdout.split()[-2:])
     assert big <= 1.10 * small, (small, big)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import patient
 
 # The plugin provides the fixture, registers the `slurm` marker and puts it on every test that
 # uses the cluster (so `-m "not slurm"` deselects them all).
@@ -94,7 +95,7 @@ def tiny_run(slurm_cluster, tmp_path_factory) -> TinyRun:
         env={**slurm_cluster.env, "OMP_NUM_THREADS": "1"},
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=patient(240),
         preexec_fn=slurm_cluster.terminate_with_parent,  # no orphaned Snakemake if pytest is killed
     )
     seconds = time.monotonic() - t0

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import ROOT
+from conftest import ROOT, patient
 
 pytest_plugins = ["slurm_cluster"]
 
@@ -59,7 +59,7 @@ def _snakemake(tmp_path: Path, config: Path, *args: str, env: dict, timeout: int
 def test_time_limit_signal_checkpoints_and_retry_resumes(slurm_cluster, tmp_path):
     config = _config(tmp_path)
     env = {**os.environ, **slurm_cluster.env, "OMP_NUM_THREADS": "1"}
-    data = _snakemake(tmp_path, config, "--cores", "1", "--omit-from", "train", env=env, timeout=600)
+    data = _snakemake(tmp_path, config, "--cores", "1", "--omit-from", "train", env=env, timeout=patient(600))
     assert data.returncode == 0, (data.stdout + data.stderr)[-4000:]
 
     extra = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())["set-resources"]["train"]["slurm_extra"]
@@ -70,7 +70,7 @@ def test_time_limit_signal_checkpoints_and_retry_resumes(slurm_cluster, tmp_path
         "--profile", str(ROOT / "profiles" / "slurm-test"),
         "--retries", "1",
         "--set-resources", f"train:runtime={RUNTIME_MIN}", "train:slurm_extra=" + re.sub(r"@\d+", f"@{SIGNAL_AT_S}", extra),
-        env=env, timeout=900,
+        env=env, timeout=patient(900),
     )  # fmt: skip
     out = proc.stdout + proc.stderr
     run = tmp_path / "run"

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import patient
 
 pytest_plugins = ["slurm_cluster"]
 
@@ -34,7 +35,7 @@ def test_smoke_workflow_through_slurm(slurm_cluster, tmp_path):
         "--profile", str(ROOT / "profiles" / "slurm-test"),
         "--configfile", str(ROOT / "tests" / "smoke_slurm.yaml"),
     ]  # fmt: skip
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, preexec_fn=terminate_with_parent)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=patient(900), preexec_fn=terminate_with_parent)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:] + "\n" + slurm_cluster.diagnostics()
     assert (tmp_path / "report" / "index.html").exists()

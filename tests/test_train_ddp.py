@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import patient
 
 from dgno.checkpoint import load_trained, weights_digest
 
@@ -37,7 +38,7 @@ def _torchrun(config: Path, data: Path, out: Path, iterations: int) -> None:
     cmd = [str(TORCHRUN), "--standalone", "--nproc_per_node=2", "-m", "dgno.cli", "train", "--config", str(config)]
     cmd += ["--data", str(data), "--out", str(out), "--method", "gkmnet", "--scale", "smoke", "--levels", "a", "--iterations", str(iterations)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=patient(120), env=env)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     assert [line for line in proc.stdout.splitlines() if line.endswith("model.pt")] == [str(out / "model.pt")]  # rank 0 only
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import ROOT, snakemake
+from conftest import ROOT, patient, snakemake
 
 from dgno.checkpoint import load_trained, weights_digest
 from dgno.data.paired import load_pairs
@@ -72,7 +72,7 @@ def test_torchrun_launch_trains_in_this_environment_whatever_is_on_path(tiny_dat
     job = launch.job_spec(tiny_dataset, out, model_choice=ModelChoice(name="gg", scale="smoke"), levels=["a"], cfg=cfg)
     code = "import sys; from dgno.train import launch; launch.exec_torchrun(1, sys.argv[1], sys.argv[2])"
     env = {**os.environ, "PATH": f"{decoys}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", code, job, str(log)], env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", code, job, str(log)], env=env, capture_output=True, text=True, timeout=patient(600))
     text = log.read_text() if log.exists() else ""
     assert proc.returncode == 0, f"{proc.stdout}{proc.stderr}\n--- log ---\n{text[-4000:]}"
     assert not marks.exists(), marks.read_text()

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import tifffile
-from conftest import ROOT, SNAKEMAKE, snakemake
+from conftest import ROOT, SNAKEMAKE, patient, snakemake
 
 METHOD_LABELS = ["SRNO (GG)", "SRNO+Win (LG)", "DGNO-Face", "DGNO-Cell"]
 
@@ -69,7 +69,7 @@ def test_rerun_has_nothing_to_do_and_report_zip(smoke_run):
 
 
 def test_lint_is_clean():
-    proc = subprocess.run([SNAKEMAKE, "--lint", "--snakefile", str(ROOT / "Snakefile")], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    proc = subprocess.run([SNAKEMAKE, "--lint", "--snakefile", str(ROOT / "Snakefile")], capture_output=True, text=True, cwd=ROOT, timeout=patient(300))
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -85,7 +85,7 @@ def test_changing_one_ablation_reruns_only_that_method(smoke_run, tmp_path):
         [SNAKEMAKE, "-n", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(smoke_run), "--configfile", str(changed)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=patient(300),
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
@@ -130,7 +130,7 @@ def test_forced_rerun_of_a_trained_model_trains_again(smoke_run):
         [SNAKEMAKE, target, "--forcerun", target, "--cores", "1", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(smoke_run), "--configfile", str(ROOT / "tests" / "smoke.yaml")],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=patient(300),
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     run = smoke_run / "results" / "train" / "nuclei" / "gg"

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, patient
 
 from dgno.workflow import plan, settings, targets
 from dgno.workflow.config import load_config, validate_config
@@ -203,7 +203,7 @@ def test_building_the_dag_imports_no_torch(name, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-c", _NO_TORCH, "-n", "--snakefile", str(ROOT / "Snakefile"),
          "--directory", str(tmp_path), "--configfile", str(CONFIGS[name])],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=patient(300),
     )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
@@ -240,7 +240,7 @@ def test_one_replicate_is_a_target_that_trains_only_itself(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", target, "-n", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
          "--configfile", str(CONFIGS["smoke"])],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=patient(300),
     )  # fmt: skip
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     jobs = parse_dry_run(proc.stdout + proc.stderr)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from bbbc006_replica import unpack_replica, write_broad
-from conftest import ROOT, SNAKEMAKE
+from conftest import ROOT, SNAKEMAKE, patient
 
 SCRIPTS = ROOT / "workflow" / "scripts"
 
@@ -49,7 +49,7 @@ def _job(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
         )
         + textwrap.dedent(body)
     )
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT / "src")})
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=patient(60), env={"PYTHONPATH": str(ROOT / "src")})
 
 
 @pytest.mark.parametrize(
@@ -104,7 +104,7 @@ def _authors_config(tmp_path: Path, raw: Path, **ds) -> Path:
 
 def _snakemake(tmp_path: Path, config: Path, target: str) -> subprocess.CompletedProcess:
     cmd = [SNAKEMAKE, target, "--cores", "1", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile", str(config)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=patient(300))
 
 
 @pytest.mark.e2e

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tifffile
 import yaml
-from conftest import ROOT
+from conftest import ROOT, patient
 
 from dgno.data.slides import synthetic_slide
 from dgno.experiments import catalogue
@@ -137,7 +137,7 @@ def test_generated_slides_are_deterministic_per_name_and_blurred_on_tissue(tmp_p
 def _dry_run(workdir: Path, configfile: Path, target: str) -> tuple[list, str]:
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", target, "-n", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir), "--configfile", str(configfile)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=patient(300),
     )  # fmt: skip
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     return parse_dry_run(proc.stdout + proc.stderr), proc.stdout

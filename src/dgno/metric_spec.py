@@ -3,8 +3,9 @@
 Evaluation scores each test image with every entry of :data:`METRICS` (``per_image.csv`` columns, the
 means in ``summary.json``); the results tables, their statistics (``<table>_stats.csv``), the report's
 tables, the claims and the captions take the same entries' names, direction, digits and labels from
-here. Adding a metric is one entry below (and its function, when it is not one of :mod:`dgno.metrics`);
-removing one is deleting its entry.
+here. Adding a metric is one edit of this file: an entry below whose function either names one that
+exists (``"module:function"``) or is a function written here, just above the entry (it imports numpy
+inside its body); removing one is deleting its entry.
 
 :data:`QUANTITIES` are the other numbers the report prints — derived from the scores (edge-band PSNR and
 gains, StarDist AP) or counted (parameters, FLOPs) — with their digits and labels, so that no module
@@ -30,8 +31,8 @@ APPLIES_TO = ("any", "rgb")
 class Metric:
     """One image-quality metric: how it is computed and how it is shown.
 
-    name: the column of ``per_image.csv`` and key of ``summary.json``. function: ``"module:function"``,
-    called as ``function(pred, gt)`` on float images in [0, 1]; it returns the value, or with
+    name: the column of ``per_image.csv`` and key of ``summary.json``. function: ``"module:function"`` or
+    the function itself, called as ``function(pred, gt)`` on float images in [0, 1]; it returns the value, or with
     ``needs_lpips_weights`` the pair (value or None, weight source) of :func:`dgno.metrics.lpips`.
     direction: which way is better ("higher" / "lower"). applies_to: "rgb" for a metric of colour images
     only (the authors' 8-bit luma PSNR). shown: a column of the report's metric tables (psnr_y8 is not:
@@ -39,7 +40,7 @@ class Metric:
     """
 
     name: str
-    function: str
+    function: str | Callable[..., Any]
     direction: Direction
     digits: int
     label: str
@@ -53,8 +54,8 @@ class Metric:
             raise ValueError(f"metric {self.name!r}: direction {self.direction!r} is not one of {', '.join(DIRECTIONS)}")
         if self.applies_to not in APPLIES_TO:
             raise ValueError(f"metric {self.name!r}: applies_to {self.applies_to!r} is not one of {', '.join(APPLIES_TO)}")
-        if ":" not in self.function:
-            raise ValueError(f"metric {self.name!r}: function {self.function!r} is not 'module:function'")
+        if not callable(self.function) and ":" not in self.function:
+            raise ValueError(f"metric {self.name!r}: function {self.function!r} is neither a function nor 'module:function'")
 
     @property
     def higher_is_better(self) -> bool:
@@ -66,6 +67,8 @@ class Metric:
 
     def compute(self) -> Callable[..., Any]:
         """The scoring function, imported on this call: scoring needs numpy and scikit-image, the DAG does not."""
+        if callable(self.function):
+            return self.function
         module, _, attr = self.function.partition(":")
         return getattr(importlib.import_module(module), attr)
 

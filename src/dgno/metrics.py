@@ -1,4 +1,4 @@
-"""Image-quality and representation metrics, as pure functions on numpy arrays.
+"""Image-quality metrics, as pure functions on numpy arrays (the latents' effective rank: dgno.analysis.rank).
 
 Images are float arrays in [0, 1], ``(H, W)`` or ``(H, W, C)``. Every image metric compares a
 prediction with a ground truth of the same shape and follows the paper's convention: data range 1.
@@ -12,7 +12,6 @@ move a prediction closer to a ground truth that lies in [0, 1]. The ground truth
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
 
 import numpy as np
 from scipy import ndimage
@@ -148,35 +147,3 @@ def error_difference_map(pred_a: np.ndarray, pred_b: np.ndarray, gt: np.ndarray)
     a, g = _pair(pred_a, gt)
     b, _ = _pair(pred_b, gt)
     return (np.abs(a - g) - np.abs(b - g)).astype(np.float32)
-
-
-class EffectiveRank(NamedTuple):
-    """Effective rank r_eff of a latent matrix and its utilisation r_eff / d (d = feature dimension)."""
-
-    rank: float
-    utilisation: float
-
-
-def effective_rank(z: Any) -> EffectiveRank:
-    """Effective rank (Roy & Vetterli, 2007) of a latent matrix z of shape (N tokens, d features).
-
-    r_eff = exp(−Σ p_i log p_i) with p_i = σ_i / Σ_j σ_j the L1-normalised singular values of z
-    (z is not centred; zero singular values contribute nothing). It is 1 for a rank-one z and k for
-    k equal singular values, and is unchanged by scaling z. Utilisation = r_eff / d, as in the paper's
-    figure. Accepts numpy arrays or torch tensors; for a (C, H, W) feature map pass ``x.reshape(C, -1).T``.
-    Computed in float64.
-    """
-    if hasattr(z, "detach"):  # torch tensor, without importing torch here
-        z = z.detach().cpu().double().numpy()
-    arr = np.asarray(z, dtype=np.float64)
-    if arr.ndim != 2 or 0 in arr.shape:
-        raise ValueError(f"z shape {arr.shape} is not a non-empty (N tokens, d) matrix")
-    if not np.isfinite(arr).all():
-        raise ValueError("z holds non-finite values")
-    sv = np.linalg.svd(arr, compute_uv=False)
-    total = sv.sum()
-    if total == 0:
-        raise ValueError("z is all zeros: its effective rank is undefined")
-    p = sv[sv > 0] / total
-    rank = float(np.exp(-np.sum(p * np.log(p))))
-    return EffectiveRank(rank=rank, utilisation=rank / arr.shape[1])

@@ -128,6 +128,25 @@ def table_caption(table):
 
 
 # --- input functions and params of wildcards ----------------------------------------------------
+def per_dataset(function):
+    """An input or params function of the {dataset} wildcard: ``function(config, dataset)``."""
+    return lambda wildcards: function(config, wildcards.dataset)
+
+
+dataset_seed = per_dataset(plan.dataset_seed)
+bbbc006_settings = per_dataset(settings.bbbc006_settings)
+bbbc006_planes = per_dataset(plan.bbbc006_planes)
+seidel_base_inputs = per_dataset(plan.seidel_base_inputs)
+seidel_data_settings = per_dataset(settings.seidel_data_settings)
+seidel_image_size = per_dataset(settings.seidel_image_size)
+sensitivity_inputs = per_dataset(plan.sensitivity_inputs)
+rank_inputs = per_dataset(plan.rank_inputs)
+# The operator-map figure reads what the rank analysis reads: same level, images and checkpoints.
+operator_map_inputs = rank_inputs
+lam_inputs = per_dataset(plan.lam_inputs)
+authors_stardist_inputs = per_dataset(authors.stardist_inputs)
+
+
 def dataset_cfg(wildcards):
     return config["datasets"][wildcards.dataset]
 
@@ -173,30 +192,6 @@ def authors_options(wildcards):
     return plan.authors_options(config, wildcards.dataset, wildcards.method)
 
 
-def bbbc006_settings(wildcards):
-    return settings.bbbc006_settings(config, wildcards.dataset)
-
-
-def bbbc006_planes(wildcards):
-    return plan.bbbc006_planes(config, wildcards.dataset)
-
-
-def seidel_base_inputs(wildcards):
-    return plan.seidel_base_inputs(config, wildcards.dataset)
-
-
-def seidel_data_settings(wildcards):
-    return settings.seidel_data_settings(config, wildcards.dataset)
-
-
-def seidel_image_size(wildcards):
-    return settings.seidel_image_size(config, wildcards.dataset)
-
-
-def sensitivity_inputs(wildcards):
-    return plan.sensitivity_inputs(config, wildcards.dataset)
-
-
 def keep_restored(wildcards):
     """Whether a later rule reads this evaluation's restored images (plan.restored_readers)."""
     method = wildcards.get("method", "input")
@@ -207,27 +202,10 @@ def stardist_inputs(wildcards):
     return plan.stardist_inputs(config)
 
 
-def rank_inputs(wildcards):
-    return plan.rank_inputs(config, wildcards.dataset)
-
-
-def operator_map_inputs(wildcards):
-    """The operator-map figure reads what the rank analysis reads: same level, images and checkpoints."""
-    return plan.rank_inputs(config, wildcards.dataset)
-
-
-def lam_inputs(wildcards):
-    return plan.lam_inputs(config, wildcards.dataset)
-
-
 # --- the paper's numbers from the authors' released weights (dgno.workflow.authors) --------------
 authors_table_inputs = functools.partial(authors.table_inputs, config)
 authors_settings = functools.partial(authors.settings, config)
 gumbel_settings = functools.partial(settings.gumbel_settings, config)
-
-
-def authors_stardist_inputs(wildcards):
-    return authors.stardist_inputs(config, wildcards.dataset)
 
 
 def authors_target(wildcards):

@@ -22,7 +22,7 @@ rule sharp_images:
             k: config["datasets"][wc.dataset][k]
             for k in ("n_train", "n_val", "n_test")
         },
-        seed=config["seed"],
+        seed=dataset_seed,
         photometry=lambda wc: photometry_of(wc.dataset),
     script:
         "../scripts/sharp_images.py"

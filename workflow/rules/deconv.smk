@@ -52,8 +52,9 @@ rule seidel_blur:
         "../scripts/seidel_blur.py"
 
 
-# Wiener and Richardson-Lucy run on CPU cores; ring deconvolution (gradient descent through the
-# ring forward model) on the GPU: two rules so that only the latter asks a cluster for one.
+# One deconvolution rule. Wiener and Richardson-Lucy run on CPU cores; ring deconvolution (gradient
+# descent through the ring forward model) on the GPU, so it is the same rule under a name of its own
+# that only it asks a cluster for a GPU with (dgno.workflow.resources, profiles/slurm).
 rule deconvolve:
     input:
         split="results/data/{dataset}/split.csv",
@@ -80,40 +81,18 @@ rule deconvolve:
             {k: config["evaluate"][k] for k in ("tile", "overlap", "lpips")}
         ),
         deconv=deconv_settings(),
-        device="cpu",
+        device=lambda wc: config["device"] if wc.deconv == "ring" else "cpu",
     script:
         "../scripts/deconvolve.py"
 
 
-rule deconvolve_ring:
-    input:
-        split="results/data/{dataset}/split.csv",
-        blur="results/data/{dataset}/blur/{level}",
-        calibration="results/nonblind/{dataset}/calibration.json",
-    output:
-        summary="results/eval/{dataset}/{deconv}/{level}/summary.json",
-        per_image="results/eval/{dataset}/{deconv}/{level}/per_image.csv",
-        restored=directory("results/eval/{dataset}/{deconv}/{level}/restored"),
-    log:
-        "results/logs/nonblind/{dataset}/{deconv}_{level}.log",
-    benchmark:
-        "results/benchmarks/deconvolve/{dataset}/{deconv}_{level}.tsv"
+use rule deconvolve as deconvolve_ring with:
     wildcard_constraints:
         dataset=one_of(SEIDEL),
         deconv="ring",
-    conda:
-        "../../envs/dgno.yaml"
     threads: threads_for("deconvolve_ring")
     resources:
         **resources_for("deconvolve_ring"),
-    params:
-        evaluate=canonical(
-            {k: config["evaluate"][k] for k in ("tile", "overlap", "lpips")}
-        ),
-        deconv=deconv_settings(),
-        device=config["device"],
-    script:
-        "../scripts/deconvolve.py"
 
 
 rule nonblind_sensitivity:

@@ -80,7 +80,7 @@ def restore_image(
     yc = channels_first(y)  # (C, H, W)
     if method == "ring":
         batch = torch.from_numpy(np.ascontiguousarray(yc))[None].to(device)  # (1, C, H, W)
-        restored = ring_deconvolve(batch, op, lam=float(used["lam"]), n_iter=int(used["iterations"]), lr=float(used["lr"]))
+        restored = ring_deconvolve(batch, op, lam=float(used["tv_weight"]), n_iter=int(used["iterations"]), lr=float(used["lr"]))
         x = restored[0].clamp(0, 1).cpu().numpy()  # (C, H, W)
     else:
         psf = op.centre_psf().double().cpu().numpy()  # (M, M)

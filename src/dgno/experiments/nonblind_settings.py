@@ -100,7 +100,7 @@ def resolve_params(method: str, params: Mapping[str, Any], sigma_hat: float) -> 
     """
     check_choice("method", method, METHODS)
     out = dict(params)
-    key = {"wiener": "balance", "ring": "lam"}.get(method)
+    key = {"wiener": "balance", "ring": "tv_weight"}.get(method)
     if key and out.get(key) == "auto":
         out[key] = max(float(out[f"{key}_min"]), float(out[f"{key}_per_sigma"]) * float(sigma_hat))
     return out

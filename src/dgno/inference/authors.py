@@ -7,7 +7,7 @@ cross-fade. The cache is ``$DGNO_CACHE/authors`` (default ``$XDG_CACHE_HOME/dgno
 ``~/.cache/dgno/authors``); ``$DGNO_AUTHORS_URL`` replaces the release's base URL (a mirror, a
 loopback server in the tests). The variable's deprecated name (:data:`DEPRECATED_URL_ENV`) and
 checkpoints in the cache folder's deprecated name (:func:`dgno.models.authors.adopt_deprecated_copy`)
-are still read, each with a ``FutureWarning``.
+are still read, each with a one-line notice (:mod:`dgno.deprecation`).
 
 ``dgno deblur --checkpoint FILE`` takes either a project ``model.pt`` or an authors' ``.pth``; which
 one is read from the file (:func:`checkpoint_kind`). An authors' file is imported into the same
@@ -24,12 +24,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from dgno import deprecation
 from dgno.checkpoint import check_model_path, import_authors, released_normalisation
 from dgno.data.download import sha256_file
 from dgno.io import InputError
@@ -66,7 +66,7 @@ def release_url() -> str:
     if os.environ.get(URL_ENV):
         return os.environ[URL_ENV]
     if os.environ.get(DEPRECATED_URL_ENV):
-        warnings.warn(f"${DEPRECATED_URL_ENV} is deprecated, read as ${URL_ENV}. Fix: set {URL_ENV} instead", FutureWarning, stacklevel=2)
+        deprecation.renamed("environment", f"${DEPRECATED_URL_ENV}", f"${URL_ENV}")
         return os.environ[DEPRECATED_URL_ENV]
     return RELEASE_URL
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ import torch
 import yaml
 from torch import Tensor
 
+from dgno import deprecation
 from dgno.data.download import DownloadError, download
 from dgno.io import InputError, atomic_path
 
@@ -308,7 +308,7 @@ def adopt_deprecated_copy(dest: str | Path) -> bool:
     old = dest.parent.parent / DEPRECATED_FOLDER / dest.name
     if dest.exists() or not old.is_file():
         return False
-    warnings.warn(f"{old.parent}: deprecated folder name; {old.name} read from it into {dest.parent}. Fix: move its files to {dest.parent} and delete it", FutureWarning, stacklevel=2)
+    deprecation.renamed("folder", str(old.parent), str(dest.parent))  # once per folder, however many files it holds
     dest.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.link(old, dest)

@@ -9,9 +9,9 @@ import pandas as pd
 from dgno import metric_spec
 from dgno.experiments.catalogue import table_levels
 from dgno.report.reading import load_paper, read_stats
-from dgno.report.render import Cell, Table, annotate
+from dgno.report.render import Cell, ShownTable, annotate
 from dgno.report.results import psnr_of
-from dgno.report.section import Section, experiment_section
+from dgno.report.section import Section, empty_section
 
 
 def _tau_key(tau) -> str:
@@ -31,7 +31,7 @@ def ablation_section(name: str, config: dict, summaries: pd.DataFrame, results: 
     levels = table_levels(config, ds)
     paper = load_paper(name)
     prows = paper.get("rows", {})
-    sec = experiment_section(name, paper.get("source", ""))
+    sec = empty_section(name, paper.get("source", ""))
     sec.notes.append(
         f"Dataset {ds}; PSNR (dB) averaged over test levels {', '.join(levels)}. Results: results/tables/ablation_{name}.csv. "
         "A grid point whose settings are those of a configured method (e.g. DGNO-Face's avg_jump + Dirichlet, learnable τ) "
@@ -45,7 +45,7 @@ def ablation_section(name: str, config: dict, summaries: pd.DataFrame, results: 
 
     spec = config["ablations"][name]
     if name == "flux_boundary":
-        table = Table(columns=[(v, b) for v in spec["variants"] for b in spec["boundary"]])
+        table = ShownTable(columns=[(v, b) for v in spec["variants"] for b in spec["boundary"]])
         for flux in spec["flux"]:
             cells = []
             for v, b in table.columns:
@@ -53,14 +53,14 @@ def ablation_section(name: str, config: dict, summaries: pd.DataFrame, results: 
                 cells.append(cell(method, prows.get(flux, {}).get(v.replace("-", "_"), {}).get(b)))
             table.rows.append((prows.get(flux, {}).get("label", flux), cells))
     elif name == "penalty":
-        table = Table(columns=[(v, m) for v in spec["variants"] for m in ("psnr", "ssim")])
+        table = ShownTable(columns=[(v, m) for v in spec["variants"] for m in ("psnr", "ssim")])
         for tau in spec["tau"]:
             prow = prows.get(_tau_key(tau), {})
             cells = [cell(by[(("variant", v), ("tau", tau))], prow.get(v.replace("-", "_"), {}).get(m), m) for v, m in table.columns]
             table.rows.append((f"τ = {tau}", cells))
     else:
         v = spec["variant"]
-        table = Table(columns=[(v, f"T={t}") for t in spec["T"]])
+        table = ShownTable(columns=[(v, f"T={t}") for t in spec["T"]])
         for p in spec["element_size"]:
             prow = prows.get(f"we_{p}", {})
             cells = [cell(by[(("variant", v), ("element_size", p), ("T", t))], prow.get(f"t{t}")) for t in spec["T"]]

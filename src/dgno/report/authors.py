@@ -25,13 +25,12 @@ from typing import Any
 
 import pandas as pd
 
+from dgno import metric_spec
 from dgno.io import read_json, write_csv, write_json
 from dgno.report.reading import load_paper_values
 from dgno.report.section import Section
 
-UNITS = {"psnr": " dB", "ssim": "", "lpips": "", "ap50": "", "ap70": "", "ap90": "", "map": ""}
 TOLERANCE_KEY = {"psnr": "psnr", "ssim": "ssim", "lpips": "lpips", "ap50": "ap", "ap70": "ap", "ap90": "ap", "map": "ap"}
-DIGITS = {"psnr": 2, "ssim": 3, "lpips": 3, "ap50": 4, "ap70": 4, "ap90": 4, "map": 4}
 STARDIST_CONDITIONS = {"blur": "blurred", "sharp": "sharp"}  # paper row → condition of the StarDist CSV
 COLUMNS = [
     "table", "row", "method", "dataset", "levels", "metric", "paper", "measured", "delta", "tolerance",
@@ -89,7 +88,7 @@ def paper_cells(settings: dict) -> list[dict]:
         for row, values in tables["stardist"]["rows"].items():
             method = STARDIST_CONDITIONS.get(row) or next((m for m in settings["methods"] if settings["paper_keys"][m] == row and sd in settings["networks"][m]), None)
             if method is not None:
-                cells += [_cell("stardist", row, method, sd, [settings["stardist"]["level"]], metric, v) for metric, v in values.items() if metric in DIGITS]
+                cells += [_cell("stardist", row, method, sd, [settings["stardist"]["level"]], metric, v) for metric, v in values.items() if metric in TOLERANCE_KEY]
     return cells
 
 
@@ -137,7 +136,7 @@ def verdict(measured: float | None, paper: float, tolerance: float, metric: str)
     """'reproduced' within the tolerance, else 'not reproduced' with the size of the gap."""
     if measured is None:
         return "not measured"
-    delta, unit, d = measured - paper, UNITS.get(metric, ""), DIGITS.get(metric, 3)
+    delta, unit, d = measured - paper, metric_spec.unit(metric), metric_spec.digits(metric)
     if abs(delta) <= tolerance + 1e-9:  # a gap of exactly the tolerance is within it (not lost to float rounding)
         return f"reproduced (|Δ| ≤ {tolerance:g}{unit})"
     times = f", {abs(delta) / tolerance:.1f}× the tolerance" if tolerance > 0 else ""
@@ -413,7 +412,7 @@ def authors_section(config: dict, results: str | Path) -> Section:
     head = ["paper table", "row", "method", "dataset", "levels", "metric", "paper", "measured", "Δ", "Gumbel mean ± sd", "verdict", "test images"]
     body, tables = [], load_paper_values()  # parsed once: the YAML takes about a second
     for _, r in frame.iterrows():
-        d = DIGITS.get(r["metric"], 3)
+        d = metric_spec.digits(r["metric"])
         delta = "—" if pd.isna(r["delta"]) else f"{r['delta']:+.{d}f}"
         body.append([_table_label(tables, r["table"]), str(r["row"]), str(r["method"]), str(r["dataset"]), str(r["levels"]), str(r["metric"]),
                      _fmt(r["paper"], d), _fmt(r["measured"], d), delta, _gumbel(r, d), _verdict_cell(r), str(r["test_set"])])  # fmt: skip

@@ -8,11 +8,11 @@ import pandas as pd
 
 from dgno.report.psnr_params import published_params
 from dgno.report.reading import load_paper, paper_key, paper_row
-from dgno.report.render import Cell, Table
+from dgno.report.render import Cell, ShownTable
 from dgno.report.section import Section, catalogue_figure
 
 
-def cost_table(results: Path, methods: list[str], method_cfgs: dict[str, dict], paper_rows: dict[str, dict]) -> Table | None:
+def cost_table(results: Path, methods: list[str], method_cfgs: dict[str, dict], paper_rows: dict[str, dict]) -> ShownTable | None:
     """Parameters and FLOPs (256×256, 1 channel) of each method at the run's scale and at paper scale.
 
     The paper-scale parameter cell shows, below the counted value, the count printed in the DGNO
@@ -24,7 +24,7 @@ def cost_table(results: Path, methods: list[str], method_cfgs: dict[str, dict], 
         return None
     df = pd.read_csv(path)
     scales = list(dict.fromkeys(df["scale"]))
-    table = Table(columns=[(f"{s} scale", m) for s in scales for m in ("params_m", "gmacs")])
+    table = ShownTable(columns=[(f"{s} scale", m) for s in scales for m in ("params_m", "gmacs")])
     sources: dict[str, str] = {}
     for method in methods:
         cfg = method_cfgs[method]
@@ -84,14 +84,14 @@ def cost_section(config: dict, results: Path) -> Section:
     return sec
 
 
-def resolution_table(results: Path, methods: list[str], method_cfgs: dict[str, dict]) -> Table | None:
+def resolution_table(results: Path, methods: list[str], method_cfgs: dict[str, dict]) -> ShownTable | None:
     """GMACs per image size and method, from cost_vs_resolution.csv (sizes and scale from config `analysis`)."""
     path = results / "tables" / "cost_vs_resolution.csv"
     if not path.exists():
         return None
     df = pd.read_csv(path)
     sizes = sorted(df["size"].unique())
-    table = Table(columns=[("params", "params_m")] + [(f"{int(n)}×{int(n)}", "gmacs") for n in sizes])
+    table = ShownTable(columns=[("params", "params_m")] + [(f"{int(n)}×{int(n)}", "gmacs") for n in sizes])
     for method in methods:
         sub = df[df["method"] == method].set_index("size")
         if sub.empty:
@@ -125,10 +125,10 @@ def _paper_ratio(prows: dict, size: float, metric: str) -> float | None:
     return a / b if a and b else None
 
 
-def _paper_protocol_table(auto: pd.DataFrame, dgno: list, prows: dict, file: str, device: str) -> Table:
+def _paper_protocol_table(auto: pd.DataFrame, dgno: list, prows: dict, file: str, device: str) -> ShownTable:
     """Batch 1, float32, forward with autograd on (the protocol of the paper's memory column), beside the paper."""
     sizes = sorted(int(n) for n in auto["size"].unique())
-    table = Table(columns=[(f"{int(n)} px", m) for n in sizes for m in ("img/s", "peak GB")])
+    table = ShownTable(columns=[(f"{int(n)} px", m) for n in sizes for m in ("img/s", "peak GB")])
     for model, g in auto.groupby("model", sort=False):
         g = g.assign(size=g["size"].astype(int)).set_index("size")
         key = "dgno" if str(model).startswith("dgno") else str(model).split(" [")[0]
@@ -162,14 +162,14 @@ def _paper_protocol_table(auto: pd.DataFrame, dgno: list, prows: dict, file: str
     return table
 
 
-def _inference_tables(fast: pd.DataFrame, dgno: list, prows: dict, file: str, device: str) -> list[Table]:
+def _inference_tables(fast: pd.DataFrame, dgno: list, prows: dict, file: str, device: str) -> list[ShownTable]:
     """One table per (batch, precision): each model's fastest way to run without autograd, and the ratios to Restormer."""
     tables = []
     for (batch, bf16), sub in fast.groupby(["batch", "amp_bf16"], sort=True):
         best = sub.sort_values("images_per_second").groupby(["model", "size"], as_index=False).last()
         best["size"] = best["size"].astype(int)
         sizes = sorted(best["size"].unique())
-        table = Table(columns=[(f"{int(n)} px", "img/s") for n in sizes])
+        table = ShownTable(columns=[(f"{int(n)} px", "img/s") for n in sizes])
         for model, g in best.groupby("model", sort=False):
             g = g.set_index("size")
             table.rows.append(
@@ -199,9 +199,9 @@ def _inference_tables(fast: pd.DataFrame, dgno: list, prows: dict, file: str, de
     return tables
 
 
-def _training_table(train: pd.DataFrame, file: str, device: str) -> Table:
+def _training_table(train: pd.DataFrame, file: str, device: str) -> ShownTable:
     """Training steps: ms per iteration, hours per 60 k iterations, peak memory."""
-    table = Table(columns=[("step", "ms/it"), ("60 k iterations", "hours"), ("peak", "GB")])
+    table = ShownTable(columns=[("step", "ms/it"), ("60 k iterations", "hours"), ("peak", "GB")])
     for r in train.itertuples():
         label = f"{r.model}, batch {int(r.batch)} at {int(r.size)} px, {'bf16 autocast' if r.amp_bf16 else 'float32'}{', TF32 matmul' if '+tf32' in str(r.mode) else ''}"
         if "+levers" in str(r.mode) and isinstance(getattr(r, "detail", None), str):
@@ -223,9 +223,9 @@ def _training_table(train: pd.DataFrame, file: str, device: str) -> Table:
     return table
 
 
-def _evaluation_table(evaluate: pd.DataFrame, file: str, device: str) -> Table:
+def _evaluation_table(evaluate: pd.DataFrame, file: str, device: str) -> ShownTable:
     """Whole-test-set evaluation (benchmarks/gpu/levers_and_evaluation.py): images/s per setting, what each setting was."""
-    table = Table(columns=[("evaluation", "img/s")])
+    table = ShownTable(columns=[("evaluation", "img/s")])
     for r in evaluate.itertuples():
         ips = None if pd.isna(r.images_per_second) else float(r.images_per_second)
         table.rows.append((f"{r.model}, {r.mode}: {r.detail}", [Cell(measured=ips, digits=2)]))
@@ -236,7 +236,7 @@ def _evaluation_table(evaluate: pd.DataFrame, file: str, device: str) -> Table:
     return table
 
 
-def speed_tables(forward: pd.DataFrame, train: pd.DataFrame, prows: dict, file: str, device: str, evaluate: pd.DataFrame | None = None) -> list[Table]:
+def speed_tables(forward: pd.DataFrame, train: pd.DataFrame, prows: dict, file: str, device: str, evaluate: pd.DataFrame | None = None) -> list[ShownTable]:
     """Tables of one ``benchmarks/gpu/speed.py`` file: the paper's protocol, inference per batch/precision, training.
 
     * paper protocol (mode "autograd"): batch 1, float32, forward with autograd on — the protocol whose
@@ -267,10 +267,10 @@ def findings_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]] | N
     return ["file", "topic", "finding"], [[f"benchmarks/results/{r.file}", str(r.model), str(r.detail)] for r in found.itertuples()]
 
 
-def _bench_table(sub: pd.DataFrame, file: str, device: str, prows: dict) -> Table:
+def _bench_table(sub: pd.DataFrame, file: str, device: str, prows: dict) -> ShownTable:
     """One ``dgno bench`` file's forward passes: img/s and peak memory per size, beside the paper's on a GPU."""
     sizes = sorted(sub["size"].unique())
-    table = Table(columns=[(f"{int(n)} px", m) for n in sizes for m in ("img/s", "peak GB")])
+    table = ShownTable(columns=[(f"{int(n)} px", m) for n in sizes for m in ("img/s", "peak GB")])
     gpu = str(device).startswith("cuda")
     for model, g in sub.groupby("model", sort=False):
         g = g.set_index("size")

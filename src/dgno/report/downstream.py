@@ -10,8 +10,8 @@ from dgno.experiments.nonblind_settings import deconv_params, noise_settings, tr
 from dgno.io import read_json
 from dgno.report.comparisons import table_spec
 from dgno.report.reading import load_paper, paper_row, read_stats
-from dgno.report.render import Cell, Table, annotate, metric_table
-from dgno.report.section import Section, experiment_section, table_metrics
+from dgno.report.render import Cell, ShownTable, annotate, metric_table
+from dgno.report.section import Section, empty_section, table_metrics
 
 DECONV_ROWS = {
     "wiener": ("Wiener (centre PSF)", "single_psf_deconv"),
@@ -25,7 +25,7 @@ def nonblind_section(name: str, config: dict, summaries: pd.DataFrame, results: 
     exp = config["experiments"][name]
     ds = exp["dataset"]
     paper = load_paper(name)
-    sec = experiment_section(name, paper.get("source", ""))
+    sec = empty_section(name, paper.get("source", ""))
     sec.notes.extend(nonblind_protocol(config, results))
     cfgs = {m: {**config["methods"][m], "model": "dgno" if config["methods"][m]["model"].startswith("dgno") else config["methods"][m]["model"]} for m in exp["methods"]}
     rows = list(exp.get("deconvolution", [])) + list(exp["methods"])
@@ -98,7 +98,7 @@ def nonblind_protocol(config: dict, results: Path) -> list[str]:
         "Restorations (settings from experiments.nonblind; sigma_hat = each image's noise estimate, Haar-wavelet MAD): "
         f"Wiener with the centre PSF, balance {auto(w['balance'], w['balance_per_sigma'], w['balance_min'])}; "
         f"Richardson-Lucy with the centre PSF, {rl['iterations']} iterations; ring deconvolution with all fitted PSFs, "
-        f"TV weight lambda {auto(ring['lam'], ring['lam_per_sigma'], ring['lam_min'])}, {ring['iterations']} Adam steps of "
+        f"TV weight lambda {auto(ring['tv_weight'], ring['tv_weight_per_sigma'], ring['tv_weight_min'])}, {ring['iterations']} Adam steps of "
         f"initial size {_setting(ring['lr'])}; the blind networks ({', '.join(exp['methods'])}) are trained on {ds}'s noisy "
         "training images and never see a PSF. Both single-PSF rows are compared with the paper's single 'Deconvolution' row; "
         "the paper calibrated on real bead images, so its numbers are not the same experiment."
@@ -111,7 +111,7 @@ def stardist_section(name: str, config: dict, summaries: pd.DataFrame, results: 
     spec = config["experiments"][name]
     ds = spec["dataset"]
     paper = load_paper(name)
-    sec = experiment_section(name, paper.get("source", ""))
+    sec = empty_section(name, paper.get("source", ""))
     path = results / "tables" / f"stardist_{ds}.csv"
     metrics = ["ap50", "ap70", "ap90", "map"]
     model_json = results / "stardist" / ds / "model.json"
@@ -119,7 +119,7 @@ def stardist_section(name: str, config: dict, summaries: pd.DataFrame, results: 
     chosen = record.get("kind") or {"pretrained": "pretrained", "train": "trained here"}[spec["model"]]
     # the segmentation model is named in the table's header: a StarDist trained here is not the published one
     stats = read_stats(results / "tables" / f"stardist_{ds}_stats.csv")
-    table = Table(columns=[(ds, m) for m in metrics] + [(ds, "Δ mean AP vs blurred")])
+    table = ShownTable(columns=[(ds, m) for m in metrics] + [(ds, "Δ mean AP vs blurred")])
     table.title = f"Segmentation by StarDist {'2D_versatile_fluo (published)' if chosen == 'pretrained' else 'trained here on ' + ds + ' (not the published model)'}"
     labels = {m: config["methods"][m].get("label", m) for m in spec["methods"]}
     frame = pd.read_csv(path) if path.exists() else None

@@ -11,8 +11,8 @@ from dgno.experiments.catalogue import table_levels
 from dgno.report.comparisons import table_spec
 from dgno.report.cost_section import cost_table
 from dgno.report.reading import load_paper, paper_key, paper_row, read_stats
-from dgno.report.render import Cell, Table, annotate, metric_table, stat_row
-from dgno.report.section import Section, catalogue_figure, experiment_section, table_metrics
+from dgno.report.render import Cell, ShownTable, annotate, metric_table, stat_row
+from dgno.report.section import Section, catalogue_figure, empty_section, table_metrics
 
 
 def edge_band_values(results: Path, dataset: str) -> dict[tuple[str, str, str], float]:
@@ -79,14 +79,14 @@ def gain_verdict(
     )
 
 
-def rank_table(results: Path, dataset: str, labels: dict[str, str]) -> Table | None:
+def rank_table(results: Path, dataset: str, labels: dict[str, str]) -> ShownTable | None:
     """Effective rank (and utilisation) of each latent (scale, t) per method, from effective_rank_<dataset>.csv."""
     path = results / "tables" / f"effective_rank_{dataset}.csv"
     if not path.exists():
         return None
     df = pd.read_csv(path)
     keys = list(dict.fromkeys(zip(df["scale"], df["t"], df["channels"])))
-    table = Table(columns=[(f"{s} t={t} (d={c})", m) for s, t, c in keys for m in ("r_eff", "r_eff/d")])
+    table = ShownTable(columns=[(f"{s} t={t} (d={c})", m) for s, t, c in keys for m in ("r_eff", "r_eff/d")])
     for method in dict.fromkeys(df["method"]):
         sub = df[df["method"] == method].set_index(["scale", "t", "channels"])
         cells = []
@@ -164,7 +164,7 @@ def _gain_verdicts(
     return verdicts
 
 
-def annotate_gains(table: Table, stats: pd.DataFrame | None, dataset: str, methods: list[str], gg: str | None, gain_columns: dict[str, str]) -> None:
+def annotate_gains(table: ShownTable, stats: pd.DataFrame | None, dataset: str, methods: list[str], gg: str | None, gain_columns: dict[str, str]) -> None:
     """Edge-band gain cells get their interval (and the estimate of the statistics: PSNR pooled over images
     and levels) from the edge-band rule's statistics; gain_columns: {gain metric: the region metric}."""
     if stats is None or gg is None:
@@ -180,7 +180,7 @@ def annotate_gains(table: Table, stats: pd.DataFrame | None, dataset: str, metho
 
 def edge_band_table(
     summaries: pd.DataFrame, results: Path, ds: str, methods: list[str], mcfg: dict, levels: dict, gg: str | None, extra: dict
-) -> Table:
+) -> ShownTable:
     """Edge-band and interior PSNR of each method and each DG variant's gain over GG on the same pixels,
     with the edge-band rule's statistics (highlight, sd over seeds, the gains' intervals)."""
     stats = read_stats(results / "tables" / f"edge_band_{ds}_stats.csv")
@@ -211,7 +211,7 @@ def operators_section(name: str, config: dict, summaries: pd.DataFrame, results:
     mcfg = config["methods"]
     paper = load_paper(name)
     levels = {ds: table_levels(config, ds)}
-    sec = experiment_section(name, paper.get("source", ""))
+    sec = empty_section(name, paper.get("source", ""))
     seeds = int(exp.get("seeds", 1))
     sec.notes.append(
         f"Dataset {ds} ({config['datasets'][ds]['source']}), test levels {', '.join(levels[ds])}; metrics are means over test images, then over levels"
@@ -251,7 +251,7 @@ def lam_section(name: str, config: dict, summaries: pd.DataFrame, results: Path)
     exp = config["experiments"][name]
     ds = exp["dataset"]
     mcfg = config["methods"]
-    sec = experiment_section(name, "Figure 'LAM-based interpretability and defocus deblurring results on BBBC006' (fig:e4)")
+    sec = empty_section(name, "Figure 'LAM-based interpretability and defocus deblurring results on BBBC006' (fig:e4)")
     sec.notes.append(
         f"Dataset {ds}: which input pixels each network uses to restore one {exp['window']}-px output window of one test image. "
         "The paper shows the maps only (no numbers), so this section compares the methods with each other, not with the paper."
@@ -259,7 +259,7 @@ def lam_section(name: str, config: dict, summaries: pd.DataFrame, results: Path)
     path = results / "tables" / f"lam_{ds}.csv"
     if path.exists():
         df = pd.read_csv(path)
-        table = Table(columns=[("this image", "di"), ("this image", "r50_px"), ("this image", "psnr")])
+        table = ShownTable(columns=[("this image", "di"), ("this image", "r50_px"), ("this image", "psnr")])
         for _, r in df.iterrows():
             table.rows.append((r["label"], [Cell(measured=float(r["di"]), digits=1), Cell(measured=float(r["r50_px"]), digits=1), Cell(measured=float(r["psnr"]))]))
         r0 = df.iloc[0]

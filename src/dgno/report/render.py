@@ -55,7 +55,10 @@ class Cell:
 
 
 @dataclass
-class Table:
+class ShownTable:
+    """A table as the report shows it: columns and rows of cells, each measured value beside the paper's (how an
+    experiment's results table compares its rows: :class:`dgno.experiments.catalogue.Table`)."""
+
     columns: list[tuple[str, str]]  # (group label, metric key)
     rows: list[tuple[str, list[Cell]]] = field(default_factory=list)
     caption: str = ""
@@ -111,16 +114,16 @@ def metric_table(
     levels: dict[str, list[str]],
     metrics: list[str],
     paper_rows: dict[str, dict] | None,
-    paper_dataset_key: dict[str, str] | None = None,
+    paper_columns: dict[str, str] | None = None,
     include_input: bool = True,
     extra: dict[tuple[str, str, str], float] | None = None,
     stats: pd.DataFrame | None = None,
     deltas: list[str] = (),
     stat_metric: dict[tuple[str, str], str] | None = None,
-) -> Table:
+) -> ShownTable:
     """Rows = methods (+ blurred input), columns = dataset × metric, metrics averaged over levels.
 
-    paper_rows: the paper table's rows; paper_dataset_key maps our dataset name to the paper's
+    paper_rows: the paper table's rows; paper_columns maps our dataset name to its paper_column, the paper's
     column group (None → single-dataset table whose rows hold metrics directly).
     extra: additional measured values keyed (method, dataset, metric), e.g. edge-band PSNR.
     stats: the table's statistics (:func:`dgno.report.reading.read_stats`): highlight, sd over seeds, and for each row of
@@ -130,11 +133,11 @@ def metric_table(
     columns = [(ds, m) for ds in datasets for m in metrics]
     delta_cols = [(ds, ref) for ds in datasets for ref in deltas if not (stats is None or stats.empty)]
     labels = {ref: method_cfgs.get(ref, {}).get("label", "blurred input" if ref == "input" else ref) for ref in deltas}
-    table = Table(columns=columns + [(ds, f"Δ PSNR vs {labels[ref]}") for ds, ref in delta_cols])
+    table = ShownTable(columns=columns + [(ds, f"Δ PSNR vs {labels[ref]}") for ds, ref in delta_cols])
     rows = (["input"] if include_input else []) + list(methods)
     for method in rows:
         cfg = method_cfgs.get(method, {"model": "blur", "label": "Blurred input"})
-        cells = [_value_cell(summaries, ds, metric, method, cfg, levels, extra, paper_rows, paper_dataset_key) for ds, metric in columns]
+        cells = [_value_cell(summaries, ds, metric, method, cfg, levels, extra, paper_rows, paper_columns) for ds, metric in columns]
         for cell, (ds, metric) in zip(cells, columns):
             annotate(cell, stats, ds, (stat_metric or {}).get((ds, metric), metric), method)
         for ds, ref in delta_cols:
@@ -144,7 +147,7 @@ def metric_table(
     return table
 
 
-def _value_cell(summaries, ds, metric, method, cfg, levels, extra, paper_rows, paper_dataset_key) -> Cell:
+def _value_cell(summaries, ds, metric, method, cfg, levels, extra, paper_rows, paper_columns) -> Cell:
     # only this table's levels: a method may also be evaluated on others (e.g. unseen defocus levels)
     sub = summaries[(summaries["dataset"] == ds) & (summaries["method"] == method) & summaries["level"].isin(levels[ds])]
     missing = [lvl for lvl in levels[ds] if lvl not in set(sub["level"])]
@@ -158,8 +161,8 @@ def _value_cell(summaries, ds, metric, method, cfg, levels, extra, paper_rows, p
     paper = None
     if paper_rows is not None:
         prow = paper_row(paper_rows, cfg, method)
-        if paper_dataset_key is not None:
-            prow = prow.get(paper_dataset_key.get(ds, ds), {}) if isinstance(prow, dict) else {}
+        if paper_columns is not None:
+            prow = prow.get(paper_columns.get(ds, ds), {}) if isinstance(prow, dict) else {}
         paper = _num(prow.get(metric)) if isinstance(prow, dict) else None
     return Cell(measured=measured, paper=paper, command=command, digits=metric_spec.digits(metric))
 

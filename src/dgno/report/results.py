@@ -10,8 +10,8 @@ from dgno.experiments.catalogue import table_levels
 from dgno.io import read_json
 from dgno.report.comparisons import table_spec
 from dgno.report.reading import load_paper, paper_key, paper_row, read_stats
-from dgno.report.render import Cell, Table, annotate, metric_table
-from dgno.report.section import Section, experiment_section, table_metrics
+from dgno.report.render import Cell, ShownTable, annotate, metric_table
+from dgno.report.section import Section, empty_section, table_metrics
 
 
 def psnr_of(summaries: pd.DataFrame, dataset: str, method: str, levels: list[str], metric: str = "psnr") -> tuple[float | None, str | None]:
@@ -28,7 +28,7 @@ def main_section(name: str, config: dict, summaries: pd.DataFrame, results: Path
     exp = config["experiments"][name]
     paper = load_paper(name)
     dss = exp["datasets"]
-    sec = experiment_section(name, paper.get("source", ""))
+    sec = empty_section(name, paper.get("source", ""))
     results = Path(results or "results")
     keys = {ds: config["datasets"][ds].get("paper_column", ds) for ds in dss}
     sec.notes.append("Columns: " + "; ".join(f"{ds} → paper column {keys[ds]}" for ds in dss) + ". Levels: the in-distribution test levels of each dataset.")
@@ -62,7 +62,7 @@ def main_section(name: str, config: dict, summaries: pd.DataFrame, results: Path
             levels=levels,
             metrics=table_metrics(name),
             paper_rows=paper.get("rows", {}),
-            paper_dataset_key=keys,
+            paper_columns=keys,
             extra=luma or None,
             stats=read_stats(results / "tables" / f"{name}_stats.csv"),
             deltas=table_spec(config, name)["versus"],
@@ -112,7 +112,7 @@ def lifting_section(name: str, config: dict, summaries: pd.DataFrame, results: P
     exp = config["experiments"][name]
     paper = load_paper(name)
     ds = exp["dataset"]
-    sec = experiment_section(name, paper.get("source", ""))
+    sec = empty_section(name, paper.get("source", ""))
     sec.notes.append(f"Dataset {ds}. '<encoder>-dgno' = that encoder as the lifting module of DGNO-Cell's decoder of operator layers.")
     return _one_dataset_table(sec, config, summaries, exp, paper, paper.get("rows", {}), results)
 
@@ -127,7 +127,7 @@ def _fallback_levels(results: Path | None, dataset: str, levels: list[str]) -> d
 def defocus_section(name: str, config: dict, summaries: pd.DataFrame, results: Path | None = None) -> Section:
     """PSNR per unseen defocus level; dataset i compares with the paper's defocus table of its paper_column."""
     exp = config["experiments"][name]
-    sec = experiment_section(name)
+    sec = empty_section(name)
     stats = read_stats(results / "tables" / f"{name}_stats.csv") if results is not None else None
     for ds in exp["datasets"]:
         col = config["datasets"][ds].get("paper_column", ds)
@@ -136,7 +136,7 @@ def defocus_section(name: str, config: dict, summaries: pd.DataFrame, results: P
         fallback = _fallback_levels(results, ds, exp["levels"])
         if fallback:  # decided when the data were prepared (the manifest's test_sets), not by the config
             sec.notes.append(f"{ds}, levels {', '.join(fallback)}: by-well split, not the authors' test images — {fallback[next(iter(fallback))]}.")
-        table = Table(columns=[(ds, lvl) for lvl in exp["levels"]])
+        table = ShownTable(columns=[(ds, lvl) for lvl in exp["levels"]])
         for method in ["input", *exp["methods"]]:
             cfg = config["methods"].get(method, {"model": "blur", "label": "Blurred input"})
             prow = paper_row(paper.get("rows", {}), cfg, method)
@@ -168,7 +168,7 @@ def real_defocus_section(name: str, config: dict, summaries: pd.DataFrame, resul
     paper = load_paper(name)
     ds = exp["dataset"]
     dcfg = config["datasets"][ds]
-    sec = experiment_section(name, paper.get("source", ""))
+    sec = empty_section(name, paper.get("source", ""))
     trained = dcfg.get("trained_on", ds)
     sec.notes.append(f"Dataset {ds}: the authors' test pairs, the camera's own blur (level 'real'); models trained on {trained}'s training split.")
     rows, used, paper_rows = paper.get("rows", {}), set(), {}
@@ -202,7 +202,7 @@ def robustness_section(name: str, config: dict, summaries: pd.DataFrame, results
     dcfg = config["datasets"][ood]
     trained = dcfg["trained_on"]
     levels = dcfg["test_levels"]
-    sec = experiment_section(name)
+    sec = empty_section(name)
     train_ph, ood_ph = config["datasets"][trained]["photometry"], dcfg["photometry"]
     outside = [k for k in ood_ph if ood_ph[k][0] > train_ph[k][1] or ood_ph[k][1] < train_ph[k][0]]
     sec.notes.append(
@@ -214,7 +214,7 @@ def robustness_section(name: str, config: dict, summaries: pd.DataFrame, results
     )
     groups = [(f"in range: {trained}", trained), (f"out of range: {ood}", ood)]
     stats = read_stats(results / "tables" / f"{name}_stats.csv") if results is not None else None
-    table = Table(columns=[(g, m) for g, _ in groups for m in ("psnr", "psnr_gain_input")])
+    table = ShownTable(columns=[(g, m) for g, _ in groups for m in ("psnr", "psnr_gain_input")])
     below = []
     for method in ["input", *exp["methods"]]:
         cfg = config["methods"].get(method, {"model": "blur", "label": "Blurred input"})

@@ -9,13 +9,16 @@ from pathlib import Path
 from dgno import metric_spec
 from dgno.experiments import catalogue
 from dgno.report.render import (
-    Table,
+    ShownTable,
     embed_png,
 )
 
 
 @dataclass
-class Figure:
+class ShownFigure:
+    """A figure as a report section shows it: its PNG embedded, or the command that makes it (its declaration,
+    path and caption: :class:`dgno.experiments.catalogue.Figure`)."""
+
     title: str
     file: str
     command: str
@@ -29,25 +32,26 @@ class Section:
     paper_source: str = ""
     notes: list[str] = field(default_factory=list)
     verdicts: list[str] = field(default_factory=list)
-    tables: list[Table] = field(default_factory=list)
-    figures: list[Figure] = field(default_factory=list)
+    tables: list[ShownTable] = field(default_factory=list)
+    figures: list[ShownFigure] = field(default_factory=list)
     # Tables of words, not measurements: (column headers, rows of strings), e.g. the protocol table.
     text_tables: list[tuple[list[str], list[list[str]]]] = field(default_factory=list)
 
 
-def figure(results: Path, rel: str, title: str) -> Figure:
+def figure(results: Path, rel: str, title: str) -> ShownFigure:
     """A figure entry; embedded when its PNG exists, otherwise it shows the command that makes it."""
     path = results / rel
-    return Figure(title=title, file=f"results/{rel}", command=f"snakemake --cores all results/{rel}", uri=embed_png(path))
+    return ShownFigure(title=title, file=f"results/{rel}", command=f"snakemake --cores all results/{rel}", uri=embed_png(path))
 
 
-def experiment_section(name: str, paper_source: str = "") -> Section:
-    """An empty section of catalogue experiment ``name``: its id (its table's name) and title."""
+def empty_section(name: str, paper_source: str = "") -> Section:
+    """A section of catalogue experiment ``name`` with nothing in it yet: its id (its table's name) and title.
+    A section function fills it; :func:`dgno.report.build.experiment_section` calls that function."""
     entry = catalogue.experiment(name)
     return Section(id=entry.table_name, title=entry.title, paper_source=paper_source)
 
 
-def catalogue_figure(results: Path | None, key: str, dataset: str | None = None, title: str | None = None) -> Figure:
+def catalogue_figure(results: Path | None, key: str, dataset: str | None = None, title: str | None = None) -> ShownFigure:
     """The figure entry of ``catalogue.FIGURES[key]`` (of one dataset where it is per dataset); ``title``
     replaces the entry's where the section words it from the results (the operator maps' measured ratios)."""
     spec = catalogue.FIGURES[key]
@@ -56,7 +60,7 @@ def catalogue_figure(results: Path | None, key: str, dataset: str | None = None,
     return figure(Path(results or "results"), path.removeprefix("results/"), title)
 
 
-def experiment_figures(results: Path | None, config: dict, name: str) -> list[Figure]:
+def experiment_figures(results: Path | None, config: dict, name: str) -> list[ShownFigure]:
     """The figures an experiment's entry lists, each per dataset where it is, in the entry's order."""
     datasets = catalogue.experiment_datasets(config, name)
     return [

@@ -16,7 +16,7 @@ import pandas as pd
 from dgno.data.slides import BlurRegion, blurred_share
 from dgno.experiments import catalogue
 from dgno.io import read_json
-from dgno.report.section import Figure, Section, experiment_section, figure
+from dgno.report.section import Section, ShownFigure, empty_section, figure
 from dgno.slides.inputs import slide_names
 
 HEADERS = [
@@ -96,7 +96,7 @@ def _generated(config: dict[str, Any], name: str) -> str:
 def slides_section(name: str, config: dict[str, Any], summaries: pd.DataFrame, results: Path | None = None) -> Section:
     """The section: what restored the slides and by which rule, a row per slide, then each slide's pictures."""
     results = Path(results or "results")
-    sec = experiment_section(name)
+    sec = empty_section(name)
     block = config["slides"]
     generated = [_generated(config, s) for s in block["synthetic"]]
     sec.notes.append(
@@ -127,7 +127,7 @@ def slides_section(name: str, config: dict[str, Any], summaries: pd.DataFrame, r
     return sec
 
 
-def slide_figure(results: Path, key: str, slide: str) -> Figure:
+def slide_figure(results: Path, key: str, slide: str) -> ShownFigure:
     """The figure entry of a per-slide catalogue figure for one slide."""
     spec = catalogue.FIGURES[key]
     return figure(results, spec.path.format(slide=slide).removeprefix("results/"), spec.title.format(slide=slide))

@@ -10,8 +10,8 @@ from dgno.experiments.catalogue import table_levels
 from dgno.report.comparisons import table_spec
 from dgno.report.operators_section import edge_band_caption, edge_band_values, gain_verdict
 from dgno.report.reading import load_paper, paper_row, read_stats
-from dgno.report.render import Cell, Table, annotate, eval_command, metric_table, stat_row
-from dgno.report.section import Section, experiment_section, table_metrics
+from dgno.report.render import Cell, ShownTable, annotate, eval_command, metric_table, stat_row
+from dgno.report.section import Section, empty_section, table_metrics
 
 
 def synthetic_section(name: str, config: dict, summaries: pd.DataFrame, results: Path) -> Section:
@@ -20,14 +20,14 @@ def synthetic_section(name: str, config: dict, summaries: pd.DataFrame, results:
     mcfg = config["methods"]
     paper = load_paper(name)
     levels = {ds: table_levels(config, ds) for ds in dss}
-    sec = experiment_section(name, paper.get("source", ""))
+    sec = empty_section(name, paper.get("source", ""))
     for ds in dss:
         d = config["datasets"][ds]
         rng = next(iter(d["levels"].values()))
         sec.notes.append(f"{ds}: sigma range {rng[0]}–{rng[1]} px ({d.get('sigma_scaling', 'as configured')}); {d['n_test']} test images.")
     if int(exp.get("seeds", 1)) > 1:
         sec.notes.append(f"Every trained method is trained with {exp['seeds']} seeds: values are means over the seeds (± sd over seeds).")
-    paper_rows, dataset_key = synthetic_paper_rows(paper, config, dss)
+    paper_rows, paper_columns = synthetic_paper_rows(paper, config, dss)
     extra: dict = {}
     for ds in dss:
         extra.update(edge_band_values(results, ds))
@@ -35,7 +35,7 @@ def synthetic_section(name: str, config: dict, summaries: pd.DataFrame, results:
     sec.tables.append(
         metric_table(
             summaries, datasets=dss, methods=methods, method_cfgs=mcfg, levels=levels, metrics=table_metrics(name), paper_rows=paper_rows,
-            paper_dataset_key=dataset_key, stats=stats, deltas=table_spec(config, name)["versus"],
+            paper_columns=paper_columns, stats=stats, deltas=table_spec(config, name)["versus"],
         )
     )  # fmt: skip
     if extra:
@@ -53,8 +53,8 @@ def synthetic_section(name: str, config: dict, summaries: pd.DataFrame, results:
         for m in methods:
             if gg and mcfg[m]["model"].startswith("dgno"):
                 pg = None
-                pr = paper_row(paper_rows, mcfg[m], m).get(dataset_key.get(ds, ""), {})
-                pgg = paper_row(paper_rows, mcfg[gg], gg).get(dataset_key.get(ds, ""), {})
+                pr = paper_row(paper_rows, mcfg[m], m).get(paper_columns.get(ds, ""), {})
+                pgg = paper_row(paper_rows, mcfg[gg], gg).get(paper_columns.get(ds, ""), {})
                 if pr.get("psnr") is not None and pgg.get("psnr") is not None:
                     pg = pr["psnr"] - pgg["psnr"]
                 v = gain_verdict(summaries, ds, m, gg, labels, pg, levels[ds], stats)
@@ -69,9 +69,9 @@ def synthetic_paper_rows(paper: dict, config: dict, datasets: list[str]) -> tupl
     Returns (rows {method: {column: {psnr: v}}}, {dataset: column}).
     """
     columns = set(paper.get("columns", []))
-    dataset_key = {ds: config["datasets"][ds]["paper_column"] for ds in datasets if config["datasets"][ds].get("paper_column") in columns}
+    paper_columns = {ds: config["datasets"][ds]["paper_column"] for ds in datasets if config["datasets"][ds].get("paper_column") in columns}
     rows = {method: {k: {"psnr": v} for k, v in row.items() if k in columns} for method, row in paper.get("rows", {}).items()}
-    return rows, dataset_key
+    return rows, paper_columns
 
 
 def synthetic_bbbc006_section(name: str, config: dict, summaries: pd.DataFrame, results: Path) -> Section:
@@ -87,7 +87,7 @@ def synthetic_bbbc006_section(name: str, config: dict, summaries: pd.DataFrame, 
     prows = paper.get("rows", {})
     d = config["datasets"][ds]
     levels = table_levels(config, ds)
-    sec = experiment_section(name, paper.get("source", ""))
+    sec = empty_section(name, paper.get("source", ""))
     rng = d["levels"][levels[0]]
     sec.notes.append(
         f"Sharp images of {d['base']} (its split; the test split is the paper's 153 images at full scale) blurred by random "
@@ -105,7 +105,7 @@ def synthetic_bbbc006_section(name: str, config: dict, summaries: pd.DataFrame, 
         sub = summaries[(summaries.dataset == ds) & (summaries.method == method) & summaries.level.isin(levels)]
         return float(sub["psnr"].mean()) if set(sub.level) == set(levels) else None
 
-    table = Table(columns=[("whole image", "psnr"), ("whole image", "psnr_gain"), ("edge band", "psnr_edge"), ("edge band", "psnr_boundary_gain")])
+    table = ShownTable(columns=[("whole image", "psnr"), ("whole image", "psnr_gain"), ("edge band", "psnr_edge"), ("edge band", "psnr_boundary_gain")])
     base = {k: measured(gg, k) for k in ("psnr", "psnr_edge")} if gg else {}
     for method in ["input", *methods]:
         cfg = mcfg.get(method, {"model": "blur", "label": "Blurred input"})

@@ -8,13 +8,13 @@ filled in so the rules never guess.
 from __future__ import annotations
 
 import copy
-import warnings
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
+from dgno import deprecation
 from dgno.data import RENAMED_SOURCES, paired_sets
 from dgno.models.registry import list_models
 from dgno.workflow.settings import SPEED_ONLY_TRAIN
@@ -113,16 +113,11 @@ def validate_config(config: dict, schema: dict | None = None) -> dict:
 
 
 def _rename_sources(cfg: dict) -> None:
-    """Read a dataset source by a deprecated name (dgno.data.RENAMED_SOURCES) as its replacement, saying so once per dataset."""
+    """Read a dataset source by a deprecated name (dgno.data.RENAMED_SOURCES) as its replacement, saying so once per dataset (dgno.deprecation)."""
     for name, ds in (cfg.get("datasets") or {}).items():
         if isinstance(ds, dict) and ds.get("source") in RENAMED_SOURCES:
             replacement = RENAMED_SOURCES[ds["source"]]
-            warnings.warn(
-                f"config key datasets.{name}.source: {ds['source']!r} is deprecated, read as {replacement!r} (the same generated images). "
-                f"Fix: write source: {replacement}",
-                FutureWarning,
-                stacklevel=2,  # validate_config's line (see _rename)
-            )
+            deprecation.renamed("config", f"datasets.{name}.source: {ds['source']}", replacement)
             ds["source"] = replacement
 
 
@@ -133,6 +128,10 @@ RENAMED_KEYS = {
     "downloads.official_options": "downloads.authors_options",
     "downloads.official_sha256": "downloads.authors_checkpoints_sha256",
     "methods.*.official": "methods.*.authors_checkpoints",
+    # ring deconvolution's TV weight: `lam` is the LAM figure's experiment (experiments.lam)
+    "experiments.nonblind.ring.lam": "experiments.nonblind.ring.tv_weight",
+    "experiments.nonblind.ring.lam_per_sigma": "experiments.nonblind.ring.tv_weight_per_sigma",
+    "experiments.nonblind.ring.lam_min": "experiments.nonblind.ring.tv_weight_min",
 }
 
 
@@ -151,9 +150,7 @@ def _rename(parent: dict, path: list[str], old: str, new: str) -> None:
     where, instead = ".".join(path + [old]), ".".join(path + [new])
     if new in parent:
         raise ConfigError(f"config key {where}: deprecated name of {instead}, and both are given. Fix: keep only {instead}")
-    # Attributed to validate_config's line, not to its caller: Python drops a warning attributed to a
-    # Snakefile's code (its globals' __name__ is None), so Snakemake would never show it.
-    warnings.warn(f"config key {where}: deprecated, read as {instead}. Fix: rename it to {instead}", FutureWarning, stacklevel=3)
+    deprecation.renamed("config", where, instead)
     items = [(new if k == old else k, v) for k, v in parent.items()]
     parent.clear()
     parent.update(items)

@@ -62,6 +62,11 @@ def generated_datasets(config: Config) -> list[str]:
     return [d for d, spec in config["datasets"].items() if spec["source"] in GENERATED_SOURCES]
 
 
+def dataset_seed(config: Config, dataset: str) -> int:
+    """The seed a generated dataset's scenes are drawn from: its own ``seed``, else the run's."""
+    return int(config["datasets"][dataset].get("seed", config["seed"]))
+
+
 def paired_datasets(config: Config) -> list[str]:
     """Real (blurred, sharp) pairs with the authors' split: 3DHistech, DPDD, RealDOF."""
     return datasets_with_source(config, *PAIRED_SOURCES)
