@@ -20,7 +20,7 @@ from tqdm import tqdm
 from dgno import metric_spec, provenance
 from dgno.checkpoint import load_evaluated, pick_device
 from dgno.data.paired import from_tensor_image, level_test_ids, load_pairs, to_tensor_image
-from dgno.inference.engines import DEFAULT_ONNX_TILE, build_engine
+from dgno.inference.engines import DEFAULT_ONNX_TILE, Engine, build_engine
 from dgno.inference.gumbel import routing_hook
 from dgno.inference.pipeline import timed_pipeline
 from dgno.inference.tiling import tiled_apply
@@ -43,18 +43,18 @@ def model_restorer(
     tile_batch: int = 1,
     cuda_graphs: bool = False,
     bf16: bool = False,
-    engine: str = "auto",
+    engine: str | Engine = "auto",
 ) -> Restorer:
     """Wrap a trained network as image → restored image (full resolution output, clipped to [0, 1]).
 
     ``tile_batch`` tiles go through the network together; ``engine`` runs it (``dgno.inference.engines``:
-    "auto" = the fastest that runs on ``device``); ``cuda_graphs`` replays the forward pass from CUDA
+    "auto" = the fastest that runs on ``device``; or a ready :class:`~dgno.inference.engines.Engine`); ``cuda_graphs`` replays the forward pass from CUDA
     graphs and ``bf16`` runs it under bfloat16 autocast (eager engine on a GPU). The ONNX engine needs
     tiles: a one-pass restoration (``tile=None``) is tiled at its export size. The restorer's
     ``progress`` (optional) wraps the iteration over the network's calls (a tqdm bar); its attributes
     ``engine`` and ``engine_note`` say which engine runs and why another than the one asked for.
     """
-    chosen = build_engine(model, device, engine=engine, tile=tile, cuda_graphs=cuda_graphs, bf16=bf16)
+    chosen = engine if isinstance(engine, Engine) else build_engine(model, device, engine=engine, tile=tile, cuda_graphs=cuda_graphs, bf16=bf16)
     if chosen.name == "onnxruntime" and tile is None:
         tile = DEFAULT_ONNX_TILE
 
