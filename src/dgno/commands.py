@@ -195,7 +195,7 @@ def export(args: argparse.Namespace) -> int:
     for fmt, file in record.files.items():
         print(f"{Path(args.out) / file}  ({fmt}, {record.tile}x{record.tile} tiles, max |difference| to PyTorch {max(record.parity[fmt].values()):.1e})")
     if "bioimageio" in args.format:
-        print(write_package(record, args.out, model_file=how.model))
+        print(write_package(record, args.out, model_file=how.model, note=lambda line: print(line, file=sys.stderr, flush=True)))
     return 0
 
 
