@@ -19,16 +19,16 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from fixtures_authors import toy_release
 
 from dgno.checkpoint import CHECKPOINT_VERSION, import_authors, load_trained, weights_digest
 from dgno.cli import main
 from dgno.inference import bioimageio as pkg
 from dgno.inference.bioimageio_check import PackageError, check_package, package_urls
-from dgno.inference.export import FinalOutput, ExportRecord, export_model, onnx_session, session_forward
+from dgno.inference.export import ExportRecord, FinalOutput, export_model, onnx_session, session_forward
 from dgno.io import InputError
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import build_model
-from fixtures_authors import toy_release
 
 TILE, OVERLAP = 64, 16
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from fixtures_authors import toy_release
 
 from dgno.inference import engines
 from dgno.inference.evaluate import model_restorer
 from dgno.io import InputError
 from dgno.layers import native_kernels, native_modules
 from dgno.models.registry import build_model
-from fixtures_authors import toy_release
 
 CPU = torch.device("cpu")
 needs_kernels = pytest.mark.skipif(not native_kernels.available(), reason=f"no native kernels here: {native_kernels.unavailable_reason()}")

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fixtures_authors import toy_release
+from fixtures_deblur import model_file
 
 from dgno.checkpoint import import_authors, load_trained
 from dgno.cli import main as dgno_main
 from dgno.inference import export, parity
 from dgno.models.registry import build_model
-from fixtures_authors import toy_release
-from fixtures_deblur import model_file
 
 TILE = 64
 

@@ -30,9 +30,9 @@ import json
 import shutil
 import tempfile
 import zipfile
-from dataclasses import asdict
-from datetime import datetime, timezone
 from collections.abc import Callable
+from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from torch import nn
 from dgno.checkpoint import load_trained, weights_digest
 from dgno.inference import bioimageio_text
 from dgno.inference.bioimageio_check import check_package
-from dgno.inference.export import OPSET, PARITY_TOLERANCE, FinalOutput, ExportRecord, onnx_session, session_forward
+from dgno.inference.export import OPSET, PARITY_TOLERANCE, ExportRecord, FinalOutput, onnx_session, session_forward
 from dgno.io import InputError, atomic_path
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import build_model
@@ -202,7 +202,7 @@ def describe(record: ExportRecord, blob: dict[str, Any], *, staging: Path, state
         "documentation": file("README.md"),
         "covers": [file(COVER)],
         "tags": facts.tags,
-        "timestamp": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
+        "timestamp": datetime.now(UTC).replace(microsecond=0).isoformat(),
         "inputs": [_input(record, file(TEST_INPUT), file(SAMPLE_INPUT), bits=bits)],
         "outputs": [_output(record, file(TEST_OUTPUT), file(SAMPLE_OUTPUT))],
         "weights": _weights(record, blob, file=file, state_file=state_file, facts=facts),

@@ -165,7 +165,7 @@ def _io_section(f: Facts) -> str:
         "## Input, output and tiling", "",
         f"- Input `input`: (batch, channel, y, x) with y = x = {f.tile} pixels (the exported files take this tile size "
         f"only), any batch size. {scale}",
-        f"- Output `output`: float32, same shape, the restored image.",
+        "- Output `output`: float32, same shape, the restored image.",
         f"- Tiling: larger images are restored tile by tile. The output declares a halo of {f.halo} pixels: crop "
         f"{f.halo} pixels from each side of every output tile, so neighbouring tiles overlap by {f.overlap} pixels. "
         f"dgno itself cross-fades the overlap ({f.blend}); tools that crop halos stitch the tile centres instead, "
