@@ -198,6 +198,7 @@ def test_out_of_memory_is_retried_with_smaller_tiles(model, tmp_path, monkeypatc
                 raise RuntimeError("CUDA out of memory. Tried to allocate 9.00 GiB")
             return restore(img, progress=progress)
 
+        run.engine, run.engine_note = restore.engine, restore.engine_note  # what a restorer says about its engine
         return run
 
     monkeypatch.setattr(deblur, "model_restorer", fragile)

@@ -89,13 +89,13 @@ def test_tokens_are_scanned_in_route_order(monkeypatch):
         y = assm(x, (2, 5))
         routes = assm.routes(x)[0]  # (L, num_tokens)
         v = assm.in_proj(x.transpose(1, 2).reshape(1, 6, 2, 5))
-        v = (v * torch.sigmoid(assm.cpe(v))).flatten(2)  # (1, hidden, L)
+        v = (v * torch.sigmoid(assm.cpe(v))).flatten(2).transpose(1, 2)  # (1, L, hidden)
         prompt = routes @ (assm.prompt_codes @ assm.prompt_basis)  # (L, N)
-        expected_y = assm.out_proj(assm.out_norm(seen["y"].transpose(1, 2)))  # sorted order
+        expected_y = assm.out_proj(assm.out_norm(seen["y"]))  # sorted order
     order = routes.argmax(-1).argsort(stable=True)
-    torch.testing.assert_close(seen["v"], v[:, :, order])
+    torch.testing.assert_close(seen["v"], v[:, order])
     assert not torch.equal(order, torch.arange(10))  # the sort does move tokens here
-    torch.testing.assert_close(seen["prompt"], prompt.T[None])
+    torch.testing.assert_close(seen["prompt"], prompt[None])
     torch.testing.assert_close(y[:, order], expected_y)
 
 

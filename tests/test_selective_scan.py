@@ -157,7 +157,7 @@ def test_auto_on_cpu_uses_the_chunked_scan(monkeypatch):
 def test_bad_arguments_are_named():
     inp = make_inputs(L=10)
     args = (inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"])
-    with pytest.raises(ValueError, match=r"'cuda'.*allowed: 'auto', 'torch', 'triton', 'mamba_ssm', 'reference'"):
+    with pytest.raises(ValueError, match=r"'cuda'.*allowed: 'auto', 'torch', 'triton', 'mamba_ssm', 'native', 'static', 'reference'"):
         selective_scan(*args, backend="cuda")
     with pytest.raises(ValueError, match="B must be"):
         selective_scan(inp["u"], inp["delta"], inp["A"], inp["B"][:, :2], inp["C"])
@@ -185,3 +185,90 @@ def test_cuda_backends_match_the_reference(backend):
     for k, g in grads_r.items():
         scale = float(g.abs().max())
         torch.testing.assert_close(grads_c[k].cpu() / scale, g / scale, atol=1e-4, rtol=0, msg=lambda m, k=k: f"grad {k}: {m}")
+
+
+# --- the shape-only ("static") and compiled ("native") backends -----------------------------------
+
+
+@pytest.mark.parametrize("groups", [None, 1, 2], ids=["BC3d", "BC4d-G1", "BC4d-G2"])
+@pytest.mark.parametrize("L", [1, 7, 8, 9, 130, 1000])
+def test_static_scan_is_exact_in_float64(groups, L):
+    """The blocked scan of fixed shape equals the token loop in float64, at lengths that leave partial chunks
+    and need one to four levels of the recursion."""
+    inp = make_inputs(L=L, groups=groups)
+    args = (inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], inp["D"])
+    kw = dict(z=inp["z"], delta_bias=inp["delta_bias"], delta_softplus=True)
+    torch.testing.assert_close(selective_scan(*args, backend="static", **kw), selective_scan_reference(*args, **kw), atol=1e-12, rtol=0)
+
+
+def _extreme(scale: float, softplus: bool, *, d: int = 20, groups: int = 1, L: int = 700):
+    """float32 inputs whose steps reach far beyond exp's float32 range (as the chunked scan's huge-step test)."""
+    inp = make_inputs(b=2, d=d, n=8, L=L, groups=groups, dtype=torch.float32, seed=3)
+    g = torch.Generator().manual_seed(4)
+    inp["delta"] = torch.rand(inp["delta"].shape, generator=g) * scale if not softplus else torch.randn(inp["delta"].shape, generator=g) * scale
+    inp["A"] = inp["A"] * 4
+    return inp
+
+
+def _relative_to_reference(backend: str, inp: dict, softplus: bool) -> float:
+    """max |y − y_ref| / max |y_ref|, y_ref the token loop run in float32 on the same inputs."""
+    args = (inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], inp["D"])
+    kw = dict(delta_bias=inp["delta_bias"], delta_softplus=softplus)
+    ref = selective_scan_reference(*args, **kw)
+    with torch.no_grad():
+        y = selective_scan(*args, backend=backend, **kw)
+    assert torch.isfinite(y).all()
+    return float((y - ref).abs().max() / ref.abs().max())
+
+
+@pytest.mark.parametrize("backend", ["static", "native"])
+@pytest.mark.parametrize("scale,softplus", [(3.0, False), (40.0, False), (0.5, True), (5.0, True), (100.0, True)])
+def test_shape_only_backends_follow_the_token_loop_in_float32(backend, scale, softplus):
+    """Within 1e-5 of the float32 token loop (relative to its largest value), also where Δ·A is far beyond
+    exp's float32 range: neither backend divides by a decay, so nothing overflows."""
+    if backend == "native" and not ss.native_kernels.available():
+        pytest.skip(ss.native_kernels.unavailable_reason())
+    assert _relative_to_reference(backend, _extreme(scale, softplus), softplus) < 1e-5
+
+
+@pytest.mark.parametrize("d,groups", [(16, 1), (20, 1), (24, 2), (40, 4), (5, 1)])
+def test_native_scan_any_channel_count_and_grouping(d, groups):
+    """Channel counts that are not a multiple of the kernel's 16 lanes, and several B/C groups."""
+    if not ss.native_kernels.available():
+        pytest.skip(ss.native_kernels.unavailable_reason())
+    assert _relative_to_reference("native", _extreme(2.0, True, d=d, groups=groups, L=77), True) < 1e-5
+
+
+def test_native_scan_leaves_gradients_and_float64_to_the_torch_scan(monkeypatch):
+    """Where the kernel does not apply (a gradient is needed, float64), the exact chunked scan runs."""
+    if not ss.native_kernels.available():
+        pytest.skip(ss.native_kernels.unavailable_reason())
+    monkeypatch.setattr(ss.native_kernels, "selective_scan_native", lambda *a, **k: pytest.fail("kernel used"))
+    inp = make_inputs(L=30)
+    args = (inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"])
+    torch.testing.assert_close(selective_scan(*args, backend="native"), selective_scan_reference(*args), atol=1e-10, rtol=1e-12)
+    u = inp["u"].float().requires_grad_(True)
+    selective_scan(u, *(t.float() for t in args[1:]), backend="native").sum().backward()
+    assert u.grad is not None
+
+
+def test_static_scan_graph_depends_only_on_shapes():
+    """A trace at one set of values computes the scan for any other values of the same shapes (no branch
+    on Δ: the chunked scan's choice of chunk length is data-dependent, this one's is not)."""
+
+    class Scan(torch.nn.Module):
+        def forward(self, u, delta, A, B, C):
+            return selective_scan(u, delta, A, B, C, delta_softplus=True, backend="static")
+
+    small = make_inputs(b=1, d=4, n=3, L=50, dtype=torch.float32, delta_scale=0.1)
+    keys = ("u", "delta", "A", "B", "C")
+    traced = torch.jit.trace(Scan(), tuple(small[k] for k in keys), check_trace=False)
+    huge = make_inputs(b=1, d=4, n=3, L=50, dtype=torch.float32, delta_scale=30.0, seed=7)
+    ref = selective_scan_reference(*(huge[k] for k in keys), delta_softplus=True)
+    torch.testing.assert_close(traced(*(huge[k] for k in keys)), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_static_backend_returns_y_only():
+    inp = make_inputs(L=10)
+    with pytest.raises(ValueError, match="static.*y only"):
+        selective_scan(inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], return_last_state=True, backend="static")

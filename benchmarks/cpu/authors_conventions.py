@@ -71,13 +71,13 @@ def alternative_half(x):
     return F.interpolate(x, scale_factor=0.5, mode="bilinear", align_corners=False)
 
 
-def alternative_head_norm(self, x):
-    """Alternative: (x − μ) / √(biased var + ε)."""
-    b, c, h, w = x.shape
-    xg = x.reshape(b, self.heads, self.head_dim, h, w)
-    xc = xg - xg.mean(dim=2, keepdim=True)
-    y = xc * torch.rsqrt((xc * xc).mean(dim=2, keepdim=True) + self.eps)
-    return torch.addcmul(self.bias[:, :, None, None], y, self.weight[:, :, None, None]).reshape(b, c, h, w)
+def alternative_head_norm(self, x, *, axis):
+    """Alternative: (x − μ) / √(biased var + ε), over the feature axis of each head."""
+    axis = axis % x.dim()
+    trailing = (1,) * (x.dim() - 1 - axis)
+    xc = x - x.mean(dim=axis, keepdim=True)
+    y = xc * torch.rsqrt((xc * xc).mean(dim=axis, keepdim=True) + self.eps)
+    return torch.addcmul(self.bias.view(*self.bias.shape, *trailing), y, self.weight.view(*self.weight.shape, *trailing))
 
 
 def alternative_assemble_axis(minus, plus, *, axis, flux, boundary, tau=None):
@@ -109,11 +109,11 @@ def alternative_assm_forward(self, x, size):
     order = one_hot.detach().argmax(-1).argsort(dim=-1, stable=True)
     inverse = torch.empty_like(order).scatter_(1, order, torch.arange(L, device=x.device).expand(b, L))
     v = self.in_proj(x.transpose(1, 2).reshape(b, -1, h, w))
-    v = (v * torch.sigmoid(self.cpe(v))).flatten(2)
-    v = mambair._take(v, order, dim=2)
-    y = self._scan(v, mambair._take(prompt, order, dim=1).transpose(1, 2))
-    y = self.out_proj(self.out_norm(y.transpose(1, 2)))
-    return mambair._take(y, inverse, dim=1)
+    v = (v * torch.sigmoid(self.cpe(v))).flatten(2).transpose(1, 2)
+    v = mambair._take_rows(v, order)
+    y = self._scan(v, mambair._take_rows(prompt, order))
+    y = self.out_proj(self.out_norm(y))
+    return mambair._take_rows(y, inverse)
 
 
 VARIANTS: dict[str, list[tuple[object, str, Callable]]] = {
@@ -121,7 +121,7 @@ VARIANTS: dict[str, list[tuple[object, str, Callable]]] = {
     "1 residual x + MLP(z)  ->  z + MLP(z)": [(_GalerkinLayer, "_apply_operator", alternative_residual)],
     "2 SCM GELU + InstanceNorm  ->  ReLU, no norm": [(SCM, "forward", alternative_scm)],
     "3 nearest pyramid  ->  bilinear": [(dgno_model, "half", alternative_half)],
-    "4 per-head norm unbiased std + eps  ->  sqrt(biased var + eps)": [(HeadLayerNorm, "forward", alternative_head_norm)],
+    "4 per-head norm unbiased std + eps  ->  sqrt(biased var + eps)": [(HeadLayerNorm, "normalise", alternative_head_norm)],
     "5 Dirichlet +F(inner face, 0)  ->  -F(0, K) / outward faces": [(flux_module, "assemble_axis", alternative_assemble_axis)],
     "7 ASSM prompt raster order  ->  sorted with the tokens": [(mambair.ASSM, "forward", alternative_assm_forward)],
 }

@@ -95,10 +95,21 @@ def _finetune(args: argparse.Namespace) -> None:
     preflight.check_output_dir(args.output)
 
 
+def _export(args: argparse.Namespace) -> None:
+    if args.tile is not None and (args.tile < 32 or args.tile % 32):
+        raise InputError(f"--tile {args.tile}: exported networks take tiles whose side is a multiple of 32. Fix: pass e.g. --tile {max(32, args.tile // 32 * 32)}")
+    if args.overlap is not None and args.overlap < 0:
+        raise InputError(f"--overlap {args.overlap}: must be 0 or more. Fix: leave it out for the network's own")
+    preflight.check_threads(args.threads)
+    _model_file(args)
+    preflight.check_output_dir(args.out)
+
+
 CHECKS: dict[str, Callable[[argparse.Namespace], None]] = {
     "deblur": _deblur,
     "deblur-slide": _deblur_slide,
     "evaluate": _evaluate,
     "train": _train,
     "finetune": _finetune,
+    "export": _export,
 }

@@ -18,6 +18,7 @@ import sys
 from dgno import arguments, interrupts
 from dgno.data.check import NAMES as DATA_NAMES
 from dgno.data.check import data_check
+from dgno.inference.engine_names import ENGINES, EXPORT_FORMATS
 from dgno.interrupts import quiet_start
 from dgno.io import InputError
 
@@ -107,6 +108,7 @@ def _add_model_commands(sub) -> None:
     p.add_argument("--no-lpips", action="store_true")
     p.add_argument("--tile-batch", type=int, help="tiles per forward pass (default 8 on a GPU, 1 on a CPU)")
     p.add_argument("--cuda-graphs", action="store_true", help="replay the forward pass from CUDA graphs (GPU)")
+    p.add_argument("--engine", choices=ENGINES, default="auto", help="how the network runs: eager (PyTorch), native (compiled CPU kernels), onnxruntime; auto: the fastest that runs on the device (docs/export.md)")
     p.add_argument("--overlap-io", action="store_true", help="decode and score/write in background threads while the network runs")
     p.set_defaults(func=_run_command)
 
@@ -151,6 +153,7 @@ def _add_deblur(sub) -> None:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--tile-batch", type=int, help="tiles per forward pass (default: 8 on a GPU, 1 on a CPU)")
     p.add_argument("--cuda-graphs", action="store_true", help="replay the forward pass from CUDA graphs (GPU; needs the triton or mamba_ssm scan)")
+    p.add_argument("--engine", choices=ENGINES, default="auto", help="how the network runs: eager (PyTorch), native (compiled CPU kernels), onnxruntime; auto: the fastest that runs on the device (docs/export.md)")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the forward pass")
     p.set_defaults(func=_run_command)
 
@@ -185,6 +188,22 @@ def _add_image_commands(sub) -> None:
     p.set_defaults(func=_run_command)
 
 
+def _add_export_command(sub) -> None:
+    """export: a network as TorchScript, ONNX and a bioimage.io model package (docs/export.md)."""
+    p = sub.add_parser("export", help="write a network as TorchScript and ONNX (and a bioimage.io package) for QuPath, deepImageJ, napari and ONNX Runtime, each checked against PyTorch")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--checkpoint", help="a model.pt (dgno train / import-authors / finetune) or an authors' checkpoint .pth")
+    _released_network_options(which, "a released checkpoint of the authors (e.g. DGNO_3DHistech_Cell), downloaded once into $DGNO_CACHE/authors")
+    p.add_argument("--options", help="the authors' option file of a checkpoint whose name is not a released one")
+    p.add_argument("--out", required=True, help="output folder: <name>.torchscript.pt, <name>.onnx, <name>.export.json (and <name>.bioimageio.zip)")
+    p.add_argument("--format", nargs="+", choices=EXPORT_FORMATS, default=["torchscript", "onnx"], help="what to write (default: torchscript onnx)")
+    p.add_argument("--tile", type=int, help="the tile side the files take, a multiple of 32 (default: the network's tile, 512)")
+    p.add_argument("--overlap", type=int, help="overlap of neighbouring tiles in px, recorded for the tools that tile (default: the network's own)")
+    p.add_argument("--name", help="file name stem (default: the network's name)")
+    p.add_argument("--threads", type=int, help="CPU threads for tracing and the checks (default: $OMP_NUM_THREADS, else the CPUs this process may use)")
+    p.set_defaults(func=_run_command)
+
+
 def _add_slide_command(sub) -> None:
     """deblur-slide: a whole-slide image in, a restored pyramidal OME-TIFF out (docs/slides.md)."""
     p = sub.add_parser("deblur-slide", help="restore whole-slide images (SVS, MRXS, NDPI, SCN, tiled TIFF, OME-TIFF) where they are blurry, into pyramidal OME-TIFFs")
@@ -208,6 +227,7 @@ def _add_slide_command(sub) -> None:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--tile-batch", type=int, help="tiles per forward pass (default 8 on a GPU, 1 on a CPU)")
     p.add_argument("--cuda-graphs", action="store_true", help="replay the forward pass from CUDA graphs (GPU; needs the triton or mamba_ssm scan)")
+    p.add_argument("--engine", choices=ENGINES, default="auto", help="how the network runs: eager (PyTorch), native (compiled CPU kernels), onnxruntime; auto: the fastest that runs on the device (docs/export.md)")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the forward pass")
     p.add_argument("--threads", type=int, help="CPU threads for the network, the focus scan and the writer (default: $OMP_NUM_THREADS, else the CPUs this process may use, at most 4 for the scan and writer); a resumed run should use the same")
     p.add_argument("--normalise", choices=["minmax", "dtype"], help="intensity scaling into the network (default: the one the model was trained with, recorded in its file)")
@@ -302,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_image_commands(sub)
     _add_slide_command(sub)
     _add_finetune_command(sub)
+    _add_export_command(sub)
     _add_utility_commands(sub)
     return parser
 

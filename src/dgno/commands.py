@@ -21,8 +21,10 @@ from dgno.analysis.cost import summary_rows
 from dgno.analysis.lam import image_lam
 from dgno.checkpoint import import_authors as import_authors_checkpoint
 from dgno.inference import authors, preflight
+from dgno.inference.bioimageio import write_package
 from dgno.inference.deblur import DeblurOptions, deblur_batch
 from dgno.inference.evaluate import evaluate_checkpoint
+from dgno.inference.export import export_restoration
 from dgno.interrupts import exit_status, signal_name
 from dgno.io import InputError, write_csv
 from dgno.report.figures import lam_maps
@@ -68,7 +70,7 @@ def train(args: argparse.Namespace) -> int:
 def evaluate(args: argparse.Namespace) -> int:
     summary = evaluate_checkpoint(
         args.checkpoint, args.data, args.level, args.out, tile=args.tile, overlap=args.overlap, with_lpips=not args.no_lpips,
-        tile_batch=args.tile_batch, cuda_graphs=args.cuda_graphs, overlap_io=args.overlap_io,
+        tile_batch=args.tile_batch, cuda_graphs=args.cuda_graphs, overlap_io=args.overlap_io, engine=args.engine,
     )  # fmt: skip
     keys = ("method", "level", "n_images", *metric_spec.summary_columns(), "iteration", "iterations", "in_progress")
     print(json.dumps({k: summary.get(k) for k in keys}, indent=2))
@@ -95,6 +97,7 @@ def _deblur_options(args: argparse.Namespace, how: authors.Restoration) -> Deblu
         tile_batch=args.tile_batch,
         cuda_graphs=args.cuda_graphs,
         bf16=args.bf16,
+        engine=args.engine,
         normalise=args.normalise or how.normalise,
         strict_channels=how.strict_channels,
         channel=args.channel,
@@ -147,7 +150,10 @@ def deblur_slide(args: argparse.Namespace) -> int:
     threads = preflight.check_threads(args.threads)
     slides = list(unique_names(args.slides, fix="restore them into different --output folders").values())  # a slide named twice: once
     network = load_network(checkpoint=args.checkpoint, authors=args.authors, options=args.options, device=args.device, tile_batch=args.tile_batch,
-                           cuda_graphs=args.cuda_graphs, bf16=args.bf16, threads=threads, normalise=args.normalise, tile=args.tile, overlap=args.overlap)  # fmt: skip
+                           cuda_graphs=args.cuda_graphs, bf16=args.bf16, threads=threads, normalise=args.normalise, tile=args.tile, overlap=args.overlap,
+                           engine=args.engine)  # fmt: skip
+    if network.engine_note:
+        print(f"note: {network.engine_note}; using engine {network.engine}", file=sys.stderr)
     preflight.prepare_output_dir(args.output)
     options = dict(level=args.level, mpp=args.mpp, channel=args.channel, restore=args.restore, threshold=args.threshold, margin=args.focus_margin,
                    min_tissue=args.min_tissue, focus_downsample=args.focus_downsample, compression=args.compression, overwrite=args.overwrite,
@@ -196,6 +202,21 @@ def lam(args: argparse.Namespace) -> int:
     lam_maps(views, out, title=f"{Path(args.image).name}: LAM of the {row['window_size']}-px window at ({row['window_y0']}, {row['window_x0']})")
     print(frame[["label", "di", "r50_px"]].to_string(index=False))
     print(f"wrote {out}, {out.with_suffix('.svg')} and {out.with_suffix('.csv')}")
+    return 0
+
+
+def export(args: argparse.Namespace) -> int:
+    """Write the network's files into --out, each checked against PyTorch; one line per file."""
+    # Tile, threads, model path and output folder were checked before torch loaded (dgno.arguments); the
+    # folder is created only once the network is read (export_restoration), so a bad model leaves none behind.
+    preflight.use_threads(preflight.check_threads(args.threads))
+    how = authors.released(args.authors, options=args.options) if args.authors else authors.local(args.checkpoint, options=args.options)
+    formats = tuple(f for f in args.format if f != "bioimageio")
+    record = export_restoration(how, args.out, formats=formats or ("torchscript", "onnx"), tile=args.tile, overlap=args.overlap, name=args.name)
+    for fmt, file in record.files.items():
+        print(f"{Path(args.out) / file}  ({fmt}, {record.tile}x{record.tile} tiles, max |difference| to PyTorch {max(record.parity[fmt].values()):.1e})")
+    if "bioimageio" in args.format:
+        print(write_package(record, args.out, model_file=how.model, note=lambda line: print(line, file=sys.stderr, flush=True)))
     return 0
 
 

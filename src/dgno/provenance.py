@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-PACKAGES = ("dgno", "torch", "numpy", "scikit-image", "snakemake", "spandrel", "lpips", "tifffile", "stardist", "tensorflow")
+PACKAGES = ("dgno", "torch", "numpy", "scikit-image", "snakemake", "spandrel", "lpips", "tifffile", "stardist", "tensorflow", "onnx", "onnxruntime")
 
 
 def git_commit(cwd: str | Path | None = None) -> str:

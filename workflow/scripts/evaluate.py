@@ -19,7 +19,7 @@ out_dir = Path(sm.output.summary).parent
 common = dict(method=sm.wildcards.get("method", "input"), with_lpips=ev["lpips"], save_restored=sm.params.keep_restored)
 # Speed-only settings (tiles per pass, CUDA graphs, overlapped reading/writing) are not params: changing
 # one gives the same scores and files, so it must not re-evaluate (the schema fills in their defaults).
-speed = {k: sm.config["evaluate"][k] for k in ("tile_batch", "cuda_graphs", "overlap_io")}
+speed = {k: sm.config["evaluate"][k] for k in ("tile_batch", "cuda_graphs", "overlap_io", "engine")}
 # Seed replicate r >= 1 (rule evaluate_replicate): written into summary.json, so tables can tell the seeds apart.
 replicate = {"replicate": sm.params.replicate} if "replicate" in sm.params.keys() else {}
 if "model" in sm.input.keys():

@@ -30,6 +30,7 @@ from dgno.inference import memory, normalisation, preflight
 from dgno.inference.axes import Layout, check_plane_size, from_planes, resolve_layout, to_planes
 from dgno.inference.batch_files import Ignored, expand_inputs, output_paths, written_before
 from dgno.inference.cuda_graphs import capturable
+from dgno.inference.engine_names import ENGINES
 from dgno.inference.evaluate import default_tile_batch, model_restorer
 from dgno.inference.image_files import (
     PartOfAnotherImage,
@@ -67,6 +68,7 @@ class DeblurOptions:
     tile_batch: int | None = None
     cuda_graphs: bool = False
     bf16: bool = False
+    engine: str = "auto"
     normalise: str | None = None
     strict_channels: bool = False
     channel: int | None = None
@@ -125,6 +127,8 @@ def check_options(options: DeblurOptions) -> DeblurOptions:
     """Every option checked before the first image (InputError naming the option); threads and axes resolved."""
     threads, axes = preflight.check_image_options(tile=options.tile, overlap=options.overlap, tile_batch=options.tile_batch, threads=options.threads,
                                                   max_memory_gb=options.max_memory_gb, channel=options.channel, axes=options.axes)  # fmt: skip
+    if options.engine not in ENGINES:
+        raise InputError(f"--engine {options.engine}: allowed: {', '.join(ENGINES)}. Fix: leave it out for the fastest that runs here")
     if options.blend not in BLENDS:
         raise InputError(f"--blend {options.blend}: allowed: {', '.join(BLENDS)}. Fix: leave it out for the default")
     if options.normalise is not None and options.normalise not in normalisation.NORMALISATIONS:
@@ -187,7 +191,10 @@ class PlaneRestorer:
     def _restorer(self, tile: int | None) -> Callable:
         if tile not in self._restorers:
             o = self.options
-            self._restorers[tile] = model_restorer(self.model, self.device, tile=tile, overlap=o.overlap, blend=o.blend, tile_batch=self.tile_batch, cuda_graphs=o.cuda_graphs, bf16=o.bf16)
+            restorer = model_restorer(self.model, self.device, tile=tile, overlap=o.overlap, blend=o.blend, tile_batch=self.tile_batch, cuda_graphs=o.cuda_graphs, bf16=o.bf16, engine=o.engine)
+            if restorer.engine_note:
+                self._say_once(f"note: {restorer.engine_note}; using engine {restorer.engine}")
+            self._restorers[tile] = restorer
         return self._restorers[tile]
 
     def passes(self, height: int, width: int, tile: int | None) -> int:

@@ -19,7 +19,7 @@ import torch
 from dgno import metric_spec, provenance
 from dgno.checkpoint import load_evaluated, pick_device
 from dgno.data.paired import from_tensor_image, level_test_ids, load_pairs, to_tensor_image
-from dgno.inference.cuda_graphs import forward_fn
+from dgno.inference.engines import DEFAULT_ONNX_TILE, Engine, build_engine
 from dgno.inference.gumbel import routing_hook
 from dgno.inference.pipeline import timed_pipeline
 from dgno.inference.tiling import tiled_apply
@@ -43,17 +43,24 @@ def model_restorer(
     tile_batch: int = 1,
     cuda_graphs: bool = False,
     bf16: bool = False,
+    engine: str | Engine = "auto",
 ) -> Restorer:
     """Wrap a trained network as image → restored image (full resolution output, clipped to [0, 1]).
 
-    ``tile_batch`` tiles go through the network together; ``cuda_graphs`` replays the forward
-    pass from CUDA graphs and ``bf16`` runs it under bfloat16 autocast (``dgno.inference.cuda_graphs``).
-    The restorer's ``progress`` (optional) wraps the iteration over the network's calls (a progress bar, ``dgno.progress``).
+    ``tile_batch`` tiles go through the network together; ``engine`` runs it (``dgno.inference.engines``:
+    "auto" = the fastest that runs on ``device``; or a ready :class:`~dgno.inference.engines.Engine`);
+    ``cuda_graphs`` replays the forward pass from CUDA graphs and ``bf16`` runs it under bfloat16 autocast
+    (eager engine on a GPU). The ONNX engine needs tiles: a one-pass restoration (``tile=None``) is tiled at
+    its export size. The restorer's ``progress`` (optional) wraps the iteration over the network's calls (a
+    progress bar, ``dgno.progress``); its attributes ``engine`` and ``engine_note`` say which engine runs and
+    why another than the one asked for.
     """
-    forward = forward_fn(model, device, cuda_graphs=cuda_graphs, bf16=bf16)
+    chosen = engine if isinstance(engine, Engine) else build_engine(model, device, engine=engine, tile=tile, cuda_graphs=cuda_graphs, bf16=bf16)
+    if chosen.name == "onnxruntime" and tile is None:
+        tile = DEFAULT_ONNX_TILE
 
     def run(x: torch.Tensor) -> torch.Tensor:
-        return forward(x)[-1]
+        return chosen.forward(x)[-1]
 
     def restore(img: np.ndarray, *, progress: Callable | None = None) -> np.ndarray:
         x = to_tensor_image(img).to(device)
@@ -64,6 +71,7 @@ def model_restorer(
             raise NonFiniteOutput(f"the model's output holds {bad} NaN/Inf value(s) (a diverged or corrupt model). Fix: retrain it or check the checkpoint")
         return np.clip(from_tensor_image(y), 0.0, 1.0)
 
+    restore.engine, restore.engine_note = chosen.name, chosen.note
     return restore
 
 
@@ -212,6 +220,7 @@ def evaluate_checkpoint(
     routing_seed: int = 0,
     repeat: int = 0,
     extra: dict | None = None,
+    engine: str = "auto",
     **kwargs,
 ) -> dict:
     """Score a trained ``model.pt``, or a training's ``checkpoint.pt`` at its iteration, on one blur level
@@ -220,7 +229,8 @@ def evaluate_checkpoint(
     ``tile_batch``: tiles per forward pass; None = 8 on a GPU, 1 on a CPU (where batching does
     not pay and one tile at a time keeps memory low). ``cuda_graphs``: replay the forward pass
     (one graph per tile shape, ``dgno.inference.cuda_graphs``); other keywords go to :func:`score_dataset`
-    (e.g. ``overlap_io``). ``routing`` "gumbel": the authors' stochastic token routing, seeded per image
+    (e.g. ``overlap_io``). ``engine``: how the network runs (``dgno.inference.engines``; recorded in the
+    summary). ``routing`` "gumbel": the authors' stochastic token routing, seeded per image
     from (``routing_seed``, ``repeat``, id) (dgno.inference.gumbel); CUDA graphs refuse it.
     The summary records the training iteration the weights come from; a checkpoint of an unfinished
     run also adds a row to ``progress.csv`` beside the summary (:func:`record_progress`), so repeated
@@ -230,10 +240,10 @@ def evaluate_checkpoint(
     model, blob = load_evaluated(checkpoint, dev)
     before_image, routed = routing_hook(model, routing, seed=routing_seed, repeat=repeat)
     graphs, tiles = cuda_graphs and dev.type == "cuda", default_tile_batch(dev, tile_batch)
-    restore = model_restorer(model, dev, tile=tile, overlap=overlap, blend=blend, tile_batch=tiles, cuda_graphs=graphs)
+    restore = model_restorer(model, dev, tile=tile, overlap=overlap, blend=blend, tile_batch=tiles, cuda_graphs=graphs, engine=engine)
     trained = {"iteration": blob.get("iteration", blob.get("iterations")), "iterations": blob.get("iterations"), "in_progress": bool(blob.get("in_progress", False))}
     extra = {"checkpoint": str(checkpoint), "model_spec": blob["spec"], "weights": blob.get("weights", "ema"), "tile": tile, "overlap": overlap, "blend": blend, **routed, **trained, **(extra or {})}
-    extra.update(tile_batch=tiles, cuda_graphs=graphs)
+    extra.update(tile_batch=tiles, cuda_graphs=graphs, engine=restore.engine, engine_note=restore.engine_note)
     kwargs.setdefault("device", dev)
     min_size = int(model.hparams.get("operator_kwargs", {}).get("element_size", 1))  # one DG element must fit
     summary = score_dataset(

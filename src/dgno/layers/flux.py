@@ -123,10 +123,12 @@ def assemble_axis(
     else:  # periodic: the wrap interface, last element on its left
         wrap = numerical_flux(flux, last(minus), first(plus), tau)
         head, tail = -wrap, wrap
-    edge = torch.zeros_like(out)  # one element may be both first and last (n = 1)
-    edge.narrow(axis, 0, 1).add_(head)
-    edge.narrow(axis, n - 1, 1).add_(tail)
-    return out + edge
+    if n == 1:  # one element is both first and last
+        return out + head + tail
+    # built by concatenation, not by adding into slices of a zero tensor: exporters (ONNX) do not
+    # always keep in-place writes through views
+    middle = torch.zeros_like(out.narrow(axis, 1, n - 2))
+    return out + torch.cat([head, middle, tail], dim=axis)
 
 
 def interface_fluxes(

@@ -124,16 +124,19 @@ class ASSM(nn.Module):
         h, w = size
         one_hot = self.routes(x)  # (B, L, num_tokens), one-hot
         prompt = one_hot @ (self.prompt_codes @ self.prompt_basis)  # (B, L, N)
-        # semantic-guided neighbouring: stable sort by route, scan, unsort
-        order = one_hot.detach().argmax(-1).argsort(dim=-1, stable=True)  # (B, L)
-        inverse = torch.empty_like(order).scatter_(1, order, torch.arange(L, device=x.device).expand(b, L))
+        # semantic-guided neighbouring: stable sort by route, scan, unsort.  The keys route·L + position are
+        # unique, so any sort orders them as a stable sort of the routes would (ties in raster order); an
+        # exporter then needs no stable sort, which ONNX lacks.
+        positions = torch.arange(L, device=x.device)
+        order = (one_hot.detach().argmax(-1) * L + positions).argsort(dim=-1)  # (B, L)
+        inverse = torch.empty_like(order).scatter_(1, order, positions.expand(b, L))
 
         v = self.in_proj(x.transpose(1, 2).reshape(b, -1, h, w))  # (B, hidden, H, W)
-        v = (v * torch.sigmoid(self.cpe(v))).flatten(2)  # (B, hidden, L)
-        v = _take(v, order, dim=2)
-        y = self._scan(v, prompt.transpose(1, 2))  # (B, hidden, L), sorted order; prompt in raster order
-        y = self.out_proj(self.out_norm(y.transpose(1, 2)))  # (B, L, dim)
-        return _take(y, inverse, dim=1)
+        v = (v * torch.sigmoid(self.cpe(v))).flatten(2).transpose(1, 2)  # (B, L, hidden), token-major
+        v = _take_rows(v, order)
+        y = self._scan(v, prompt)  # (B, L, hidden), sorted order; prompt in raster order
+        y = self.out_proj(self.out_norm(y))  # (B, L, dim)
+        return _take_rows(y, inverse)
 
     def routes(self, x: Tensor) -> Tensor:
         """One-hot route of every token, (B, L, num_tokens).
@@ -157,17 +160,21 @@ class ASSM(nn.Module):
         return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
 
     def _scan(self, v: Tensor, prompt: Tensor) -> Tensor:
-        """S6 over v (B, hidden, L) with C ← C + prompt (B, N, L); returns (B, hidden, L)."""
-        dt, B, C = self.x_proj(v.transpose(1, 2)).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+        """S6 over the tokens v (B, L, hidden) with C ← C + prompt (B, L, N); returns (B, L, hidden).
+
+        Token-major throughout: the scan's (b, d, L) arguments are transposed views of token-major
+        data, which is the layout the compiled CPU kernel reads (no copy there).
+        """
+        dt, B, C = self.x_proj(v).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         dt = F.linear(dt, self.dt_proj.weight).transpose(1, 2)  # (B, hidden, L); bias added in the scan
         B = B.transpose(1, 2).unsqueeze(1)  # (B, 1, N, L): one group, MambaIRv2's layout
-        C = (C.transpose(1, 2) + prompt).unsqueeze(1)
+        C = (C + prompt).transpose(1, 2).unsqueeze(1)
         # the scan runs in float32 at least (bf16/fp16 activations are promoted, as mamba_ssm
         # requires), and in float64 when the network is (exact comparisons with references)
         dtype = torch.promote_types(v.dtype, torch.float32)
         A = -torch.exp(self.A_log.to(dtype))  # (hidden, N), A < 0: a decaying state
         return selective_scan(
-            v.to(dtype),
+            v.transpose(1, 2).to(dtype),
             dt.to(dtype),
             A,
             B.to(dtype),
@@ -176,7 +183,7 @@ class ASSM(nn.Module):
             delta_bias=self.dt_proj.bias.to(dtype),
             delta_softplus=True,
             backend=self.scan_backend,
-        ).to(v.dtype)
+        ).to(v.dtype).transpose(1, 2)
 
 
 class GDFN(nn.Module):
@@ -269,11 +276,15 @@ def set_scan_backend(model: nn.Module, backend: Backend) -> int:
     return len(modules)
 
 
-def _take(x: Tensor, index: Tensor, *, dim: int) -> Tensor:
-    """x permuted along ``dim`` (the token axis) by index (B, L), per batch element."""
-    shape = [1] * x.dim()
-    shape[0], shape[dim] = index.shape
-    return x.gather(dim, index.view(shape).expand_as(x))
+def _take_rows(x: Tensor, index: Tensor) -> Tensor:
+    """x (B, L, F) with its tokens permuted by index (B, L), per batch element: out[b, i] = x[b, index[b, i]].
+
+    One ``index_select`` of whole token rows over the flattened batch (a gather along the token axis of
+    a channel-major map reads one index per element, and was an eighth of the CPU forward).
+    """
+    b, L = index.shape
+    rows = (index + torch.arange(b, device=index.device).unsqueeze(1) * L).flatten()
+    return x.reshape(b * L, -1).index_select(0, rows).view(b, L, -1)
 
 
 def _assm_block(dim: int) -> ASSMBlock:

@@ -45,12 +45,14 @@ class HeadLayerNorm(nn.Module):
     features per head at full resolution the two definitions differ by a factor √(3/2)).
     Normalising keys and values keeps Kᵀ V / n bounded whatever the element size, so the
     coefficient matrices of different elements (and faces) are on one scale and can be
-    averaged/differenced by the fluxes.  Works on the channel-first map (B, h·d, H, W)
-    before it is cut into elements: per-pixel statistics do not care about the cut.
+    averaged/differenced by the fluxes.  Per-pixel statistics do not care how the map is cut
+    into elements: ``forward`` takes the channel-first map (B, h·d, H, W), ``normalise`` any layout.
     """
 
-    # True: mean and unbiased variance from one ``var_mean`` reduction (the reference takes a mean and
-    # then a standard deviation, which forms its own mean again); set by dgno.train.step.set_fused_norms.
+    # True: mean and unbiased variance from one ``var_mean`` reduction, the fast form on a GPU; set by
+    # dgno.train.step.set_fused_norms.  False: a mean, then the sum of squared deviations: on a CPU,
+    # torch's std / var_mean over the head axis (a middle axis of a few features) is a Welford reduction
+    # that took 0.2 s for one (1, 16, 3, 256, 256) map, ten times the two-pass form.
     fused = False
 
     def __init__(self, heads: int, head_dim: int, *, eps: float = 1e-5) -> None:
@@ -63,15 +65,29 @@ class HeadLayerNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
+        """x (B, h·d, H, W) → same shape."""
         b, c, h, w = x.shape
-        xg = x.reshape(b, self.heads, self.head_dim, h, w)
+        return self.normalise(x.reshape(b, self.heads, self.head_dim, h, w), axis=2).reshape(b, c, h, w)
+
+    def normalise(self, x: Tensor, *, axis: int) -> Tensor:
+        """The norm over ``axis`` of x, whose axes ``axis − 1`` and ``axis`` are (heads, d): any layout.
+
+        The operator layers call it on their element layout (B, nH, nW, h, d, p1, p2), where the d
+        features of a head lie p1·p2 apart, which is the fast case of torch's CPU reductions whatever
+        the memory format of the feature map (on a channels-last map the features would be adjacent,
+        and the same reduction took three times as long).
+        """
+        axis = axis % x.dim()
+        trailing = (1,) * (x.dim() - 1 - axis)
+        weight, bias = self.weight.view(*self.weight.shape, *trailing), self.bias.view(*self.bias.shape, *trailing)
         if self.fused:
-            var, mean = torch.var_mean(xg, dim=2, keepdim=True, correction=1)
-            y = (xg - mean) / (var.sqrt() + self.eps)
+            var, mean = torch.var_mean(x, dim=axis, keepdim=True, correction=1)
+            y = (x - mean) / (var.sqrt() + self.eps)
         else:
-            xc = xg - xg.mean(dim=2, keepdim=True)
-            y = xc / (xg.std(dim=2, keepdim=True) + self.eps)
-        return torch.addcmul(self.bias[:, :, None, None], y, self.weight[:, :, None, None]).reshape(b, c, h, w)
+            xc = x - x.mean(dim=axis, keepdim=True)
+            var = (xc * xc).sum(dim=axis, keepdim=True) / (self.head_dim - 1)  # unbiased
+            y = xc / (var.sqrt() + self.eps)
+        return torch.addcmul(bias, y, weight)
 
 
 def galerkin_operator(k: Tensor, v: Tensor) -> Tensor:
@@ -131,17 +147,18 @@ class _GalerkinLayer(nn.Module, ABC):
         pixels, and faces are plain row/column slices.
         """
         q, k, v = self.qkv(x).chunk(3, dim=1)  # 3 × (B, C, H, W)
-        k, v = self.k_norm(k), self.v_norm(v)  # per token, so exact before cutting elements/faces
         pattern = "b (h d) (nh p1) (nw p2) -> b nh nw h d p1 p2"
         q, k, v = (rearrange(t, pattern, h=self.heads, p1=p1, p2=p2).contiguous() for t in (q, k, v))
-        return q, k, v
+        return q, self.k_norm.normalise(k, axis=4), self.v_norm.normalise(v, axis=4)  # per token: exact after the cut
 
     def _query_times(self, q: Tensor, op: Tensor) -> Tensor:
         """Q K_e as a channel-first map (B, h·d, nH·p1, nW·p2);  q (B, nH, nW, h, d, p1, p2), op (B, nH, nW, h, d, d)."""
         b, nh, nw, h, d, p1, p2 = q.shape
         # z_j(y) = Σ_ℓ q_ℓ(y) K[ℓ, j], i.e. z = Kᵀ q with the samples last
         z = torch.bmm(op.reshape(-1, d, d).transpose(1, 2), q.reshape(-1, d, p1 * p2))  # (N, d, p1·p2)
-        z = _ContiguousGrad.apply(z).view(b, nh, nw, h, d, p1, p2)
+        if z.requires_grad:  # (inference, and the graphs exporters record, need no backward helper)
+            z = _ContiguousGrad.apply(z)
+        z = z.view(b, nh, nw, h, d, p1, p2)
         return rearrange(z, "b nh nw h d p1 p2 -> b (h d) (nh p1) (nw p2)")
 
     def _apply_operator(self, x: Tensor, q: Tensor, op: Tensor) -> Tensor:

@@ -14,6 +14,11 @@ as a sequence of H·W tokens.  The signature and semantics are those of ``mamba_
   recomputes the states instead of storing them (the states are N times larger than the input);
 * ``"triton"`` — two Triton kernels (``dgno.layers.scan_triton``): a chunked associative scan for
   CUDA tensors, with no extension to build (Triton comes with CUDA builds of PyTorch);
+* ``"native"`` — a compiled C kernel for CPU inference in float32 (``dgno.layers.native_kernels``): one
+  pass over the tokens with the states in registers, an order of magnitude faster than ``"torch"``;
+  where it does not apply (gradients, float64, ``return_last_state``) the ``"torch"`` scan runs;
+* ``"static"`` — the same recurrence as a graph whose shape depends only on the input's shape
+  (``dgno.layers.scan_static``): what ONNX, ``torch.export`` and TorchScript record;
 * ``"reference"`` — the recurrence written as a plain loop over tokens; for tests and benchmarks;
 * ``"auto"`` — for CUDA tensors ``mamba_ssm`` when it imports, else ``triton`` when it imports,
   else ``torch``; ``torch`` on every other device.
@@ -30,10 +35,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from dgno.layers import scan_triton
+from dgno.layers import native_kernels, scan_triton
+from dgno.layers.scan_static import selective_scan_static
 
-Backend = Literal["auto", "torch", "triton", "mamba_ssm", "reference"]
-BACKENDS: tuple[str, ...] = ("auto", "torch", "triton", "mamba_ssm", "reference")
+Backend = Literal["auto", "torch", "triton", "mamba_ssm", "native", "static", "reference"]
+BACKENDS: tuple[str, ...] = ("auto", "torch", "triton", "mamba_ssm", "native", "static", "reference")
 
 # Largest |exponent| the chunked scan lets exp() see.  e^60 ≈ 1e26 keeps every intermediate
 # (rescaled inputs summed over a chunk, their gradients) far from float32 overflow (3e38)
@@ -98,6 +104,12 @@ def selective_scan(
     args = (u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
     if backend == "reference":
         return selective_scan_reference(*args)
+    if backend == "static":
+        if return_last_state:
+            raise ValueError("backend 'static' returns y only; use 'torch' for the last state")
+        return _selective_scan_shape_only(selective_scan_static, *args)
+    if backend == "native" and not return_last_state and _native_applies(u, delta, A, B, C, D, z, delta_bias):
+        return _selective_scan_shape_only(native_kernels.selective_scan_native, *args)
     mamba_fn = mamba_selective_scan_fn() if backend in ("auto", "mamba_ssm") else None
     if backend == "mamba_ssm":
         if mamba_fn is None:
@@ -111,6 +123,30 @@ def selective_scan(
     if backend == "triton" or (backend == "auto" and u.is_cuda and scan_triton.available(u.device)):
         return _selective_scan_triton(*args)
     return _selective_scan_torch(*args)
+
+
+def _native_applies(u: Tensor, *others: Tensor | None) -> bool:
+    """Whether the ``"native"`` kernel computes this call: CPU, float32 compute, no gradient.
+
+    Raises RuntimeError for CUDA tensors or a kernel that cannot be built (the reason is in the message).
+    """
+    if u.is_cuda:
+        raise RuntimeError("backend 'native' is a CPU kernel; use 'auto' for CUDA tensors")
+    if not native_kernels.available():
+        raise RuntimeError(f"backend 'native' is unavailable: {native_kernels.unavailable_reason()}")
+    tensors = [t for t in (u, *others) if isinstance(t, Tensor)]
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    return _compute_dtype(u) == torch.float32 and not needs_grad
+
+
+def _selective_scan_shape_only(scan, u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):
+    """The ``"static"`` and ``"native"`` backends: ``scan`` computes y + D u in the compute dtype; the gate here."""
+    dtype = _compute_dtype(u)
+    cast = [None if t is None else t.to(dtype) for t in (D, delta_bias)]
+    y = scan(u.to(dtype), delta.to(dtype), A.to(dtype), _grouped(B, dtype), _grouped(C, dtype), cast[0], cast[1], bool(delta_softplus))
+    if z is not None:
+        y = y * F.silu(z.to(dtype))
+    return y.to(u.dtype)
 
 
 def _selective_scan_triton(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):

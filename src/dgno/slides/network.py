@@ -29,7 +29,8 @@ from dgno.checkpoint import load_trained
 from dgno.data.download import sha256_file
 from dgno.inference import authors as released
 from dgno.inference import normalisation, preflight
-from dgno.inference.cuda_graphs import forward_fn
+from dgno.inference.engine_names import ENGINES
+from dgno.inference.engines import build_engine
 from dgno.inference.evaluate import default_tile_batch
 from dgno.inference.normalisation import Scaling
 from dgno.io import InputError
@@ -57,6 +58,8 @@ class SlideNetwork:
     strict_channels: bool = False
     batch: int = 1
     identity: str = ""
+    engine: str = "eager"
+    engine_note: str = ""
 
 
 def load_network(
@@ -72,6 +75,7 @@ def load_network(
     normalise: str | None = None,
     tile: int | None = None,
     overlap: int | None = None,
+    engine: str = "auto",
 ) -> SlideNetwork:
     """A ``model.pt`` / authors' ``.pth`` (``checkpoint``) or a released network by name (``authors``).
 
@@ -79,13 +83,16 @@ def load_network(
     else the CPUs this process may use). A resumed run on a CPU should use the same number, since the
     order of a multi-threaded sum can change the last bit of a tile. ``normalise``: "minmax" or "dtype"
     instead of what the model file records. ``tile`` / ``overlap``: instead of the network's own (the
-    authors' 512 / 32 px; 512 / 64 px for a project model). Options and device are checked before the
-    model is read (an :class:`~dgno.io.InputError` naming the option).
+    authors' 512 / 32 px; 512 / 64 px for a project model). ``engine``: how the network runs
+    (``dgno.inference.engines``; "auto" = the fastest that runs on the device). Options and device are
+    checked before the model is read (an :class:`~dgno.io.InputError` naming the option).
     """
     if (checkpoint is None) == (authors is None):
         raise ValueError("give exactly one of checkpoint= and authors=")
     if normalise is not None and normalise not in normalisation.NORMALISATIONS:
         raise InputError(f"--normalise {normalise}: allowed: {', '.join(normalisation.NORMALISATIONS)}. Fix: leave it out to use the model's own")
+    if engine not in ENGINES:
+        raise InputError(f"--engine {engine}: allowed: {', '.join(ENGINES)}. Fix: leave it out for the fastest that runs here")
     dev = preflight.check_device(device)
     preflight.use_threads(preflight.check_threads(threads))
     preflight.check_tiling(tile=tile, overlap=overlap, tile_batch=tile_batch)  # what was given, before any download
@@ -93,7 +100,8 @@ def load_network(
     model, blob = load_trained(how.model, dev)
     tile, overlap = tile or how.tile or 512, how.overlap if overlap is None else overlap
     preflight.check_tiling(tile=tile, overlap=overlap, tile_batch=tile_batch)
-    fwd = forward_fn(model, dev, cuda_graphs=cuda_graphs, bf16=bf16)
+    chosen = build_engine(model, dev, engine=engine, tile=tile, cuda_graphs=cuda_graphs, bf16=bf16)
+    fwd = chosen.forward
     return SlideNetwork(
         name=how.name,
         channels=int(model.hparams.get("in_channels", 1)),
@@ -105,7 +113,9 @@ def load_network(
         normalise=normalise or how.normalise or _recorded_normalisation(blob, how.model),
         strict_channels=how.strict_channels,
         batch=default_tile_batch(dev, tile_batch),
-        identity=f"{sha256_file(how.model)}:bf16={bf16}",
+        identity=f"{sha256_file(how.model)}:bf16={bf16}:engine={chosen.name}",
+        engine=chosen.name,
+        engine_note=chosen.note,
     )
 
 

@@ -250,7 +250,7 @@ def _summary_base(info: SlideInfo, files: OutputFiles, network: SlideNetwork, dc
     return {
         "slide": str(info.path), "reader": info.reader, "vendor": info.vendor, "level": dc.level, "level_size": list(info.levels[dc.level]),
         "dtype": str(info.dtype), "channels": list(info.channel_names), "restored_channels": [info.channel_names[c] for c in dc.channels],
-        "mpp": list(mpp) if mpp else None, "network": network.name, "device": str(network.device), "tile": network.tile,
+        "mpp": list(mpp) if mpp else None, "network": network.name, "engine": network.engine, "device": str(network.device), "tile": network.tile,
         "overlap": network.overlap, "blend": network.blend, "batch": network.batch,
         "normalisation": {"kind": dc.scaling.kind, "lo": dc.scaling.lo, "hi": dc.scaling.hi, "fallback": dc.scaling.fallback},
         "restore": opts["restore"], "min_tissue": opts["min_tissue"],

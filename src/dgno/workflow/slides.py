@@ -24,7 +24,7 @@ from dgno.workflow.plan import Config, trained_model
 # restore_slide's keyword arguments, by config key of the slides block
 RESTORE_KEYS = {"channel": "channel", "level": "level", "mpp": "mpp", "restore": "restore", "threshold": "threshold",
                 "focus_margin": "margin", "min_tissue": "min_tissue", "focus_downsample": "focus_downsample", "compression": "compression"}  # fmt: skip
-NETWORK_KEYS = ("normalise", "tile", "overlap", "tile_batch")  # load_network's keyword arguments of the same names
+NETWORK_KEYS = ("normalise", "tile", "overlap", "tile_batch", "engine")  # load_network's keyword arguments of the same names
 
 
 def slide_inputs(config: Config) -> dict[str, str]:

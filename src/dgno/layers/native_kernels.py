@@ -1,0 +1,212 @@
+"""Compiled CPU kernels for inference (``native_kernels.c``): built at first use, loaded with ctypes.
+
+Two operations where PyTorch's CPU kernels leave most of the machine idle:
+
+* the selective scan: the PyTorch scans of this package keep the (tokens × channels × states) array of
+  all states in memory, block by block; the kernel keeps a block of channels' states in vector
+  registers and reads every input once, so the scan costs a few multiply-adds and one exponential per
+  state and token;
+* the depth-wise k×k convolution on channels-last maps (the GDFN's and the ASSM's 3×3 convolutions):
+  oneDNN's depth-wise kernel ran at about 1 GFLOP/s on the odd channel counts of these blocks.
+
+Both are inference only (no gradient) and float32 only; ``dgno.inference.engines`` puts them in place.
+
+Building needs a C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang`` on the PATH); nothing else: no
+Python headers, no build system.  The library is compiled for the machine it runs on (``-march=native``)
+and cached in ``$DGNO_CACHE/kernels`` (default ``~/.cache/dgno/kernels``) under a name that holds the
+digest of the source, the compiler and the CPU, so a changed source, compiler or machine builds anew.
+Where no compiler works, :func:`unavailable_reason` says why and callers use the PyTorch scan.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+SOURCE = Path(__file__).with_name("native_kernels.c")
+LANES = 16  # channels per register block (LANES in native_kernels.c): the channels are padded to a multiple
+MAX_STATE = 64  # MAX_STATE in native_kernels.c
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC", "-Wno-psabi")
+
+
+def cache_dir() -> Path:
+    """Where compiled kernels are kept: ``$DGNO_CACHE/kernels``, default ``~/.cache/dgno/kernels``."""
+    root = os.environ.get("DGNO_CACHE") or Path.home() / ".cache" / "dgno"
+    return Path(root) / "kernels"
+
+
+def find_compiler() -> str | None:
+    """``$CC`` if set, else the first of cc, gcc, clang on the PATH."""
+    if os.environ.get("CC"):
+        return os.environ["CC"]
+    return next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
+
+
+def _cpu_key() -> str:
+    """What -march=native depends on: the CPU's model and flags (Linux), else the platform's description."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() + platform.machine()
+    lines = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags"))]
+    return "\n".join(sorted(set(lines)))
+
+
+@functools.lru_cache(maxsize=1)
+def _build() -> tuple[ctypes.CDLL | None, str]:
+    """(library, "") or (None, why it is unavailable); built once per process, cached on disk."""
+    cc = find_compiler()
+    if cc is None:
+        return None, "no C compiler found (set CC, or install gcc or clang)"
+    try:
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"the C compiler {cc!r} does not run ({exc})"
+    digest = hashlib.sha256("\0".join([SOURCE.read_text(), version, _cpu_key(), *FLAGS]).encode()).hexdigest()[:16]
+    target = cache_dir() / f"native_kernels-{digest}.so"
+    if not target.exists():
+        error = _compile(cc, target)
+        if error:
+            return None, error
+    try:
+        lib = ctypes.CDLL(str(target))
+    except OSError as exc:
+        return None, f"the compiled kernel {target} does not load ({exc})"
+    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
+    lib.dgno_scan_f32.argtypes = [ptr] * 8 + [i64] * 8 + [ctypes.c_int]
+    lib.dgno_scan_f32.restype = ctypes.c_int
+    lib.dgno_depthwise_f32.argtypes = [ptr] * 4 + [i64] * 6
+    lib.dgno_depthwise_f32.restype = None
+    return lib, ""
+
+
+def _compile(cc: str, target: Path) -> str:
+    """Compile SOURCE to ``target`` (atomically: a temporary file, then a rename); returns "" or the error."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        proc = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", tmp], capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            return f"compiling the scan kernel with {cc} failed: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}"
+        os.replace(tmp, target)
+        return ""
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"compiling the scan kernel with {cc} failed ({exc})"
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def available() -> bool:
+    """True when the kernel is compiled (or compiles now) and loads."""
+    return _build()[0] is not None
+
+
+def unavailable_reason() -> str:
+    """Why the kernel cannot be used ("" when it can)."""
+    return _build()[1]
+
+
+@functools.lru_cache(maxsize=4)
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """Threads that run kernel calls side by side (ctypes releases the GIL during a call)."""
+    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dgno-scan")
+
+
+def selective_scan_native(u, delta, A, B, C, D, delta_bias, delta_softplus: bool) -> Tensor:
+    """y (b, d, L) of the selective scan with the compiled kernel; arguments as ``selective_scan``, B and C
+    as (b, G, N, L), all float32 CPU tensors, no gradient.
+
+    The inputs are copied once into the kernel's layout: token-major, channels padded to a multiple of
+    LANES (padded channels have u = 0, so their state stays 0 and their output is dropped).  The work is
+    split into equal channel ranges over ``torch.get_num_threads()`` threads.
+    """
+    lib, why = _build()
+    if lib is None:
+        raise RuntimeError(f"the native scan kernel is unavailable: {why}")
+    b, d, L = u.shape
+    g, n = B.shape[1], B.shape[2]
+    if n > MAX_STATE:
+        raise ValueError(f"the native scan kernel handles up to {MAX_STATE} states, got {n}")
+    per_group = d // g
+    pad = (-per_group) % LANES  # pad each group's channels, so a block never straddles two groups
+    dp = (per_group + pad) * g
+
+    def channels(x: Tensor) -> Tensor:  # (..., d) → (..., dp), contiguous (no copy when it already is)
+        if pad:
+            x = F.pad(x.unflatten(-1, (g, per_group)), (0, pad)).flatten(-2)
+        return x.contiguous()
+
+    ut, xt = channels(u.transpose(1, 2)), channels(delta.transpose(1, 2))  # (b, L, dp)
+    At = channels(A.t()).t().contiguous()  # (dp, N)
+    Bt, Ct = (x.permute(0, 3, 1, 2).contiguous() for x in (B, C))  # (b, L, G, N)
+    Dp = None if D is None else channels(D)
+    bias = None if delta_bias is None else channels(delta_bias)
+    y = torch.empty_like(ut)
+    jobs = _split(b, dp, torch.get_num_threads())
+
+    def run(job: tuple[int, int, int]) -> int:
+        i, c0, c1 = job
+        return lib.dgno_scan_f32(
+            ut[i].data_ptr(), xt[i].data_ptr(), At.data_ptr(), Bt[i].data_ptr(), Ct[i].data_ptr(),
+            None if Dp is None else Dp.data_ptr(), None if bias is None else bias.data_ptr(), y[i].data_ptr(),
+            L, dp, n, g, dp, g * n, c0, c1, int(delta_softplus),
+        )  # fmt: skip
+
+    codes = list(_pool(torch.get_num_threads()).map(run, jobs)) if len(jobs) > 1 else [run(jobs[0])]
+    if any(codes):
+        raise RuntimeError(f"the native scan kernel refused its arguments (code {max(codes)})")
+    y = y.unflatten(-1, (g, per_group + pad))[..., :per_group].flatten(-2)  # (b, L, d)
+    return y.transpose(1, 2)
+
+
+def _split(batch: int, channels: int, threads: int) -> list[tuple[int, int, int]]:
+    """(sequence, c0, c1) jobs: every sequence's LANES-channel blocks dealt into about ``threads`` equal
+    ranges per sequence (whole sequences when there are at least as many as threads)."""
+    blocks = channels // LANES
+    per_seq = max(1, min(blocks, -(-threads // batch)))
+    size = -(-blocks // per_seq)
+    return [(i, k * LANES, min(blocks, k + size) * LANES) for i in range(batch) for k in range(0, blocks, size)]
+
+
+def depthwise_conv_native(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """Depth-wise k×k convolution, stride 1, zero padding k // 2: x (B, C, H, W), weight (C, 1, k, k), bias (C,).
+
+    Returns a channels-last (B, C, H, W) tensor (a view of (B, H, W, C) memory); x is copied to that
+    layout unless it is in it.  The rows of every image are split over ``torch.get_num_threads()`` threads.
+    """
+    lib, why = _build()
+    if lib is None:
+        raise RuntimeError(f"the native kernels are unavailable: {why}")
+    b, c, h, w = x.shape
+    k = weight.shape[-1]
+    xt = x.permute(0, 2, 3, 1).contiguous()  # (B, H, W, C): no copy when x is channels-last
+    wt = weight.reshape(c, k * k).t().contiguous()  # (k·k, C)
+    bt = None if bias is None else bias.contiguous()
+    out = torch.empty_like(xt)
+    threads = torch.get_num_threads()
+    rows = -(-h // threads)
+    jobs = [(i, y0, min(h, y0 + rows)) for i in range(b) for y0 in range(0, h, rows)]
+
+    def run(job: tuple[int, int, int]) -> None:
+        i, y0, y1 = job
+        lib.dgno_depthwise_f32(xt[i].data_ptr(), wt.data_ptr(), None if bt is None else bt.data_ptr(), out[i].data_ptr(), h, w, c, k, y0, y1)
+
+    if len(jobs) > 1:
+        list(_pool(threads).map(run, jobs))
+    else:
+        run(jobs[0])
+    return out.permute(0, 3, 1, 2)
