@@ -46,12 +46,13 @@ def test_ctrl_c_during_start_up_ends_quietly(tmp_path, delay):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=patient(60))
     assert marker.exists(), err  # the command's Python started (and so saw the signal)
+    if "none.pt: checkpoint does not exist" in err:  # it got as far as the missing model file before the signal came
+        assert proc.returncode in (2, 130, -signal.SIGINT), err  # (the signal may land while Python shuts down after it)
+        assert "Traceback" not in err
+        return
     if proc.returncode == -signal.SIGINT:  # a busy machine can hold the script in the milliseconds before the handler
         assert "from dgno.console import main" in err and "dgno/cli" not in err, err  # (console.py installs it before dgno.cli)
         assert not (tmp_path / "out").exists()
-        return
-    if proc.returncode == 2:  # it got as far as the missing model file before the signal came
-        assert "none.pt: checkpoint does not exist" in err
         return
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "terminate called" not in err and "interrupted" in err

@@ -16,6 +16,7 @@ from dgno.data import GENERATED_SOURCES, RENAMED_SOURCES, bbbc006, bbbc006_pairi
 from dgno.data import slides as data_slides
 from dgno.experiments import nonblind_settings as nonblind
 from dgno.inference import normalisation
+from dgno.inference.engine_names import ENGINES
 from dgno.inference.tiling import BLENDS
 from dgno.layers import blocks, flux
 from dgno.layers.mambair import ROUTINGS
@@ -198,6 +199,11 @@ def test_plane_rules_and_routings_are_the_codes():
     assert _enum("properties", "evaluate", "properties", "routing") == list(ROUTINGS)
 
 
+def test_engines_are_the_codes():
+    assert _enum("properties", "evaluate", "properties", "engine") == list(ENGINES)
+    assert _enum("properties", "slides", "properties", "engine") == list(ENGINES)
+
+
 # Enums that mirror no constant of the package: choices only the workflow itself acts on.
 WORKFLOW_ONLY = {
     # which prepare function rule bbbc006_prepare calls (dgno.data.bbbc006 or dgno.data.bbbc006_authors)
@@ -222,6 +228,8 @@ TIED = {
     ("properties", "train", "properties", "adamw_impl"),
     ("properties", "evaluate", "properties", "blend"),
     ("properties", "evaluate", "properties", "routing"),
+    ("properties", "evaluate", "properties", "engine"),
+    ("properties", "slides", "properties", "engine"),
     (*DATASET, "plane_rule"),
     (*DATASET, "plane_check"),
     ("properties", "evaluate", "properties", "checkpoint"),

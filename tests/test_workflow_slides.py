@@ -49,7 +49,7 @@ def test_the_demo_restores_one_generated_fluorescence_slide_with_its_trained_net
     assert slides.slide_inputs(demo) == {"demo_slide": "results/slides/synthetic/demo_slide.ome.tif"}
     assert slides.network_file(demo) == "results/train/nuclei/dgno-cell/model.pt" and slides.network_options(demo) is None
     settings = slides.restore_settings(demo)
-    assert settings["network"] == {"normalise": None, "tile": 256, "overlap": 32, "tile_batch": None}
+    assert settings["network"] == {"normalise": None, "tile": 256, "overlap": 32, "tile_batch": None, "engine": "auto"}
     assert settings["restore"]["channel"] == "DAPI" and settings["restore"]["margin"] == 0.3 and "focus_margin" not in settings["restore"]
 
 

@@ -4,6 +4,10 @@
         [--networks dgno-cell:3,dgno-face:3,dgno-cell:1,dgno-face:1] [--engines eager,native,onnxruntime]
         [--export] [--demo-results results] [--int8]
 
+Run it as ``THP_MEM_ALLOC_ENABLE=1 python -m benchmarks.cpu.engines …`` to time what ``dgno`` commands and
+workflow jobs run (they set that variable: ``dgno.workflow.jobenv.HUGE_PAGES``), without it for plain PyTorch's
+allocator; ``huge_pages`` in the results records which.
+
 * ``speed``: per network (paper scale, random weights; ``name:channels``, RGB = the 3DHistech networks,
   1 channel = BBBC006) and engine, the wall time of one forward pass over a ``size``² tile with ``threads``
   threads (one warm-up pass, then ``repeats`` timed passes; the best is kept, every time is recorded),
@@ -39,6 +43,7 @@ from dgno.analysis.timing import wall_times
 from dgno.inference import engines, export
 from dgno.io import write_json
 from dgno.models.registry import build_model
+from dgno.workflow import jobenv
 
 DEFAULT_NETWORKS = "dgno-cell:3,dgno-face:3,dgno-cell:1,dgno-face:1"
 DEFAULT_ENGINES = "eager,native,onnxruntime"
@@ -105,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     names = [e for e in args.engines.split(",") if e]
     peak = cpu_peak(args.threads)
-    out: dict[str, Any] = {"benchmark": "engines_cpu", "threads": args.threads, "size": args.size, "peak": peak,
+    huge_pages = os.environ.get(jobenv.HUGE_PAGES[0])  # as the process was started: torch read it at import
+    out: dict[str, Any] = {"benchmark": "engines_cpu", "threads": args.threads, "size": args.size, "peak": peak, "huge_pages": huge_pages,
                            "provenance": provenance.collect("cpu"), "load_average_start": load_average(), "speed": []}  # fmt: skip
     for spec in args.networks.split(","):
         name, _, channels = spec.partition(":")

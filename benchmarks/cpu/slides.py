@@ -39,7 +39,7 @@ import torch
 from dgno import provenance
 from dgno.data.slides import BlurRegion, brightfield_tissue, write_slide
 from dgno.inference.authors import AUTHORS_TILES
-from dgno.inference.cuda_graphs import forward_fn
+from dgno.inference.engines import build_engine
 from dgno.models.authors import model_from_options, released_networks
 from dgno.models.overrides import registry_overrides
 from dgno.models.registry import build_model
@@ -49,17 +49,21 @@ from dgno.slides.restore import restore_slide
 SRC = Path(__file__).resolve().parents[2] / "src"  # this checkout's package, for the measured child processes
 
 
-def paper_network(device: str = "cpu", *, batch: int = 1, seed: int = 0, scale: str = "paper", cuda_graphs: bool = False, bf16: bool = False) -> SlideNetwork:
+def paper_network(device: str = "cpu", *, batch: int = 1, seed: int = 0, scale: str = "paper", cuda_graphs: bool = False, bf16: bool = False,
+                  engine: str = "auto") -> SlideNetwork:  # fmt: skip
     """The authors' DGNO_3DHistech_Cell network (at ``scale``: paper, or smoke for a check of a script) with random
-    weights, as ``--authors`` applies it: their tiles, blend and 8-bit / 255 scaling."""
+    weights, as ``--authors`` applies it: their tiles, blend and 8-bit / 255 scaling, run by ``engine`` as
+    ``dgno deblur-slide --engine`` runs it ("auto": the command's default)."""
     torch.manual_seed(seed)
     name, channels, overrides = model_from_options(released_networks()["DGNO_3DHistech_Cell"])
     dev = torch.device(device)
     widths = registry_overrides(overrides) if scale == "paper" else {}  # the released widths are the paper scale's
     model = build_model(name, scale=scale, in_channels=channels, **widths).to(dev).eval()
-    fwd = forward_fn(model, dev, cuda_graphs=cuda_graphs, bf16=bf16)
+    chosen = build_engine(model, dev, engine=engine, tile=AUTHORS_TILES["tile"], cuda_graphs=cuda_graphs, bf16=bf16)
+    fwd = chosen.forward
     return SlideNetwork(name=f"DGNO_3DHistech_Cell ({scale} scale, random weights)", channels=channels, forward=lambda x: fwd(x)[-1], device=dev,
-                        normalise="dtype", strict_channels=True, batch=batch, identity=f"random-{scale}-{seed}", **AUTHORS_TILES)  # fmt: skip
+                        normalise="dtype", strict_channels=True, batch=batch, identity=f"random-{scale}-{seed}-{chosen.name}", engine=chosen.name,
+                        engine_note=chosen.note, **AUTHORS_TILES)  # fmt: skip
 
 
 def synthetic_slide(path: Path, side: int, *, seed: int = 4) -> Path:
@@ -80,12 +84,12 @@ def bench_cpu(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         src = synthetic_slide(Path(tmp) / "slide.tif", args.side)
         before = machine()
-        summary = restore_slide(src, Path(tmp) / "out", network=paper_network(scale=args.scale), restore="all", workers=args.threads, progress=True)
+        summary = restore_slide(src, Path(tmp) / "out", network=paper_network(scale=args.scale, engine=args.engine), restore="all", workers=args.threads, progress=True)
     keys = ("tiles", "restored_megapixels", "seconds", "seconds_analysis", "seconds_network", "share_outside_network", "tiles_per_second",
             "seconds_per_megapixel", "peak_memory_mb", "tile", "overlap", "blend", "batch", "device")  # fmt: skip
     result = {k: summary[k] for k in keys}
     result["seconds_per_tile_network"] = summary["seconds_network"] / max(summary["tiles_computed"], 1)
-    return {"kind": "cpu", "side": args.side, "threads": args.threads, "scale": args.scale, **result, "load_before": before, "load_after": machine(), "provenance": summary["provenance"]}
+    return {"kind": "cpu", "side": args.side, "threads": args.threads, "scale": args.scale, "engine": summary.get("engine"), **result, "load_before": before, "load_after": machine(), "provenance": summary["provenance"]}
 
 
 MEMORY_CHILD = r"""
@@ -131,6 +135,7 @@ def main() -> None:
     p.add_argument("kind", choices=["cpu", "memory"])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--side", type=int, default=1024)
+    p.add_argument("--engine", default="auto", help="cpu: how the network runs (dgno deblur-slide --engine; default auto, the command's default)")
     p.add_argument("--scale", choices=["paper", "smoke"], default="paper", help="cpu: the network's scale (smoke: a check of the script in seconds)")
     p.add_argument("--sides", type=int, nargs="+", default=[1024, 2048, 4096])
     p.add_argument("--out")

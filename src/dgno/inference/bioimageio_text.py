@@ -18,7 +18,7 @@ PAPER_TITLE = "Discontinuous Galerkin Neural Operator for Pathology Defocus Debl
 PAPER_AUTHORS = ("Shaoqing Duan", "Haofei Song", "Xintian Mao", "Qingli Li", "Yan Wang")
 AFFILIATION = "East China Normal University"
 PAPER_URL = "https://openreview.net/forum?id=Og7FKaRBQA"  # the ICML 2026 paper, as the authors' lab links it
-CODE_URL = "https://github.com/Duane245/DGNO"  # the authors' code (README: "Official implementation")
+CODE_URL = "https://github.com/Duane245/DGNO"  # the authors' code, the implementation of the paper
 WEIGHTS_URL = "https://huggingface.co/Duane245/DGNO"  # the authors' released checkpoints
 CITATIONS = [
     {"text": f"{', '.join(PAPER_AUTHORS)}. {PAPER_TITLE}. ICML 2026.", "url": PAPER_URL},

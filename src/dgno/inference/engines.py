@@ -35,8 +35,10 @@ from dgno.io import InputError
 from dgno.layers import native_kernels, native_modules
 
 # Fastest first, per device type, as measured (benchmarks/results/engines_cpu.json; on CUDA only eager
-# has been measured, with the mamba_ssm / Triton scans and CUDA graphs).
-AUTO_ORDER = {"cpu": ("native", "onnxruntime", "eager"), "cuda": ("eager",)}
+# has been measured, with the mamba_ssm / Triton scans and CUDA graphs). ONNX Runtime is left out of auto:
+# at the paper networks' 512-px tiles its first use (export and check) ran over 10 min and 12 GB on 2 cores
+# before it was stopped, and at small tiles it was no faster than eager; it runs when asked for by name.
+AUTO_ORDER = {"cpu": ("native", "eager"), "cuda": ("eager",)}
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ def build_engine(
     """The engine ``engine`` for ``model`` on ``device`` (``model`` may be changed in place by ``native``).
 
     ``tile``: the tile size the caller restores with (ONNX Runtime runs a file exported for it; a model
-    restored in one pass uses 512). ``cuda_graphs`` / ``bf16`` are eager-engine options on a GPU: with
+    restored in one pass uses export.EXPORT_TILE). ``cuda_graphs`` / ``bf16`` are eager-engine options on a GPU: with
     them ``auto`` is eager. Raises :class:`~dgno.io.InputError` for an engine that cannot run here.
     """
     check_choice("engine", engine, ENGINES)
@@ -107,7 +109,7 @@ def _build(name: str, model: nn.Module, device: torch.device, *, tile: int | Non
     return _onnxruntime(model, device, tile=tile or DEFAULT_ONNX_TILE)
 
 
-DEFAULT_ONNX_TILE = 512  # the authors' tile: what a one-pass restoration is padded to
+DEFAULT_ONNX_TILE = export.EXPORT_TILE  # what a one-pass restoration is tiled at
 
 
 def onnx_cache_dir() -> Path:

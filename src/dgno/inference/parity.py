@@ -34,7 +34,10 @@ from dgno.inference.tiling import tiled_apply
 from dgno.layers.mambair import ASSM
 
 PARITY_TOLERANCE = 1e-4  # max |exported − PyTorch| on [0, 1] images
-ROUTE_TIE = 1e-5  # two routing log-probabilities this close are a tie at float32 precision (logits are O(1))
+# Two routing log-probabilities this close are a tie at float32 precision: ONNX Runtime and PyTorch sum the
+# routing logits in different orders, and at the paper's widths the two differed by up to 1.5e-4 on a token
+# whose outputs then agreed to 4e-6 (a paper-scale DGNO-Cell at 256 px); a wrong graph moves them by O(0.1).
+ROUTE_TIE = 1e-3
 
 # An exported network for the check: x → (restoration, [route indices (B, L) per ASSM, in call order]).
 Exported = Callable[[Tensor], tuple[Tensor, list[Tensor]]]
