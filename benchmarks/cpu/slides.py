@@ -1,6 +1,6 @@
 """Whole-slide restoration on this machine: time per megapixel at paper scale, and peak memory against slide area.
 
-Usage: python -m benchmarks.cpu.slides cpu    [--threads 2] [--side 1024] [--out benchmarks/results/slides_cpu.json]
+Usage: THP_MEM_ALLOC_ENABLE=1 python -m benchmarks.cpu.slides cpu    [--threads 2] [--side 1024] [--out benchmarks/results/slides_cpu.json]
        python -m benchmarks.cpu.slides memory [--sides 1024 2048 4096] [--out benchmarks/results/slides_memory.json]
 
 ``cpu``: the authors' 3DHistech network (DGNO-Cell, 3 channels, paper scale, 12.8 M parameters; random
@@ -45,6 +45,7 @@ from dgno.models.overrides import registry_overrides
 from dgno.models.registry import build_model
 from dgno.slides.network import SlideNetwork
 from dgno.slides.restore import restore_slide
+from dgno.workflow import jobenv
 
 SRC = Path(__file__).resolve().parents[2] / "src"  # this checkout's package, for the measured child processes
 
@@ -89,7 +90,8 @@ def bench_cpu(args: argparse.Namespace) -> dict:
             "seconds_per_megapixel", "peak_memory_mb", "tile", "overlap", "blend", "batch", "device")  # fmt: skip
     result = {k: summary[k] for k in keys}
     result["seconds_per_tile_network"] = summary["seconds_network"] / max(summary["tiles_computed"], 1)
-    return {"kind": "cpu", "side": args.side, "threads": args.threads, "scale": args.scale, "engine": summary.get("engine"), **result, "load_before": before, "load_after": machine(), "provenance": summary["provenance"]}
+    huge_pages = os.environ.get(jobenv.HUGE_PAGES[0])  # as the process was started (dgno deblur-slide sets it)
+    return {"kind": "cpu", "side": args.side, "threads": args.threads, "scale": args.scale, "engine": summary.get("engine"), "huge_pages": huge_pages, **result, "load_before": before, "load_after": machine(), "provenance": summary["provenance"]}
 
 
 MEMORY_CHILD = r"""
