@@ -220,7 +220,7 @@ def _add_slide_command(sub) -> None:
     level.add_argument("--mpp", type=float, help="restore the level nearest this resolution in µm per pixel")
     p.add_argument("--channel", help="fluorescence: the channel a one-channel network restores, by name or index (others are copied)")
     p.add_argument("--restore", choices=["blurry", "all"], default="blurry", help="blurry (default): tissue tiles the focus score finds out of focus; all: every tissue tile")
-    p.add_argument("--focus-margin", type=float, default=0.3, help="a 16-px cell is blurred when it holds less than 1 − this of the fine detail of the slide's in-focus tissue, on a log scale (default 0.3); a tile is blurry when 45 %% of its area is")
+    p.add_argument("--focus-margin", type=float, default=0.3, help="a 16-px cell is blurred when it holds less than 1 − this of the fine detail of the slide's in-focus tissue, on a log scale (default 0.3); a tile is blurry when half its area is")
     p.add_argument("--threshold", type=float, help="an absolute cell focus score (0 sharp … 1 blurred) instead of the margin rule, for slides blurred nearly everywhere")
     p.add_argument("--focus-report", action="store_true", help="also write <name>.focus_report.png: every tissue tile's blurred share against the threshold, and the cell scores against the slide's reference")
     p.add_argument("--min-tissue", type=float, default=0.05, help="share of a tile's area that must be tissue for it to be considered (default 0.05)")

@@ -116,7 +116,7 @@ def _rule(block: dict[str, Any]) -> str:
         return "every tissue tile restored (restore: all)"
     if block["threshold"] is not None:
         return f"tissue tiles with a focus score above {block['threshold']} restored (slides.threshold)"
-    return (f"tissue tiles of which at least 45 % of the area holds less than 1 − {block['focus_margin']} of the fine detail of the slide's "
+    return (f"tissue tiles of which at least half of the area holds less than 1 − {block['focus_margin']} of the fine detail of the slide's "
             "in-focus tissue restored (slides.focus_margin)")
 
 

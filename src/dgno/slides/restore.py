@@ -254,7 +254,7 @@ def _summary_base(info: SlideInfo, files: OutputFiles, network: SlideNetwork, dc
         "overlap": network.overlap, "blend": network.blend, "batch": network.batch,
         "normalisation": {"kind": dc.scaling.kind, "lo": dc.scaling.lo, "hi": dc.scaling.hi, "fallback": dc.scaling.fallback},
         "restore": opts["restore"], "min_tissue": opts["min_tissue"],
-        "focus": {"measure": "fine-detail loss E1/E0 over a window about each cell (gradient energy surviving a 1-px Gaussian re-blur): 0 sharp ... 1 blurred",
+        "focus": {"measure": "fine-detail loss E0.5/E0 (gradient energy surviving a 0.5-px Gaussian re-blur), geometric mean over a window of cells about each cell: 0 sharp ... 1 blurred",
                   "cells_per_tile_side": int(d.blocks.shape[-1]), "window_cells": fm.WINDOW, "blurred_share": fm.BLURRED_SHARE,
                   "downsample": opts["focus_downsample"], "reference": d.reference, "margin": opts["margin"], "threshold": d.threshold, "rule": d.rule},
         "tiles": {"total": int(d.labels.size), "tissue": tissue, "blurry": int((d.labels == fm.LABELS[2]).sum()), "restored": int(d.restored.sum())},
