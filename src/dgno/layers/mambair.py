@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dgno.layers import native_kernels
 from dgno.layers.selective_scan import BACKENDS, Backend, selective_scan
 
 Routing = Literal["argmax", "gumbel"]
@@ -97,6 +98,7 @@ class ASSM(nn.Module):
             raise ValueError(f"ASSM needs dim >= 3 (its router has dim // 3 hidden units), got {dim}")
         hidden = int(dim * expand)
         self.d_state, self.scan_backend = d_state, scan_backend
+        self.fused_gate = False  # the positional gate by the compiled CPU kernel: a runtime choice, as scan_backend
         # eval-mode routing, a runtime choice like scan_backend (not part of the weights or the spec)
         self.routing: Routing = "argmax"
         self.gumbel: GumbelNoise | None = None
@@ -132,11 +134,18 @@ class ASSM(nn.Module):
         inverse = torch.empty_like(order).scatter_(1, order, positions.expand(b, L))
 
         v = self.in_proj(x.transpose(1, 2).reshape(b, -1, h, w))  # (B, hidden, H, W)
-        v = (v * torch.sigmoid(self.cpe(v))).flatten(2).transpose(1, 2)  # (B, L, hidden), token-major
+        v = self.positional_gate(v).flatten(2).transpose(1, 2)  # (B, L, hidden), token-major
         v = _take_rows(v, order)
         y = self._scan(v, prompt)  # (B, L, hidden), sorted order; prompt in raster order
         y = self.out_proj(self.out_norm(y))  # (B, L, dim)
         return _take_rows(y, inverse)
+
+    def positional_gate(self, v: Tensor) -> Tensor:
+        """v ⊙ σ(DWConv3×3(v)), (B, hidden, H, W); with ``fused_gate`` in one pass of the compiled CPU kernel
+        (``dgno.layers.native_modules`` sets it; inference only)."""
+        if self.fused_gate:
+            return native_kernels.depthwise_conv_native(v, self.cpe.weight, self.cpe.bias, "sigmoid")
+        return v * torch.sigmoid(self.cpe(v))
 
     def routes(self, x: Tensor) -> Tensor:
         """One-hot route of every token, (B, L, num_tokens).

@@ -15,8 +15,14 @@
 #include <stdint.h>
 #include <string.h>
 
+/* channels per block: one vector register (AVX-512: 16 floats, AVX2 and others: 8) */
+#if defined(__AVX512F__)
 #define LANES 16
+#else
+#define LANES 8
+#endif
 #define MAX_STATE 64
+#define CHUNK 64 /* tokens whose steps are computed ahead of the recurrence */
 
 /* LANES floats as one value: the compiler maps it to the widest vector registers of -march=native (one
  * AVX-512 register, two AVX2 ones, ...).  GCC and Clang vector extensions. */
@@ -28,16 +34,34 @@ static inline vf splat(float x)
     return (vf){0} + x;
 }
 
+/* min and max: the vector instructions where the target has them (a blend of compare masks otherwise, which
+ * GCC does not turn into them and which costs a third of the scan). */
+#if defined(__AVX512F__) || defined(__AVX__)
+#include <immintrin.h>
+#endif
+
 static inline vf vmin(vf a, vf b)
 {
+#if defined(__AVX512F__)
+    return (vf)_mm512_min_ps((__m512)a, (__m512)b);
+#elif defined(__AVX__)
+    return (vf)_mm256_min_ps((__m256)a, (__m256)b);
+#else
     vi m = a < b;
     return (vf)((m & (vi)a) | (~m & (vi)b));
+#endif
 }
 
 static inline vf vmax(vf a, vf b)
 {
+#if defined(__AVX512F__)
+    return (vf)_mm512_max_ps((__m512)a, (__m512)b);
+#elif defined(__AVX__)
+    return (vf)_mm256_max_ps((__m256)a, (__m256)b);
+#else
     vi m = a > b;
     return (vf)((m & (vi)a) | (~m & (vi)b));
+#endif
 }
 
 static inline vf load(const float *p)
@@ -96,7 +120,54 @@ static inline vf vsoftplus(vf x)
     return vmax(x, splat(0.0f)) + vlog1p_unit(vexp(-ax));
 }
 
-/* The channels [c0, c1) of one sequence; d, c0 and c1 are multiples of LANES (the caller pads the channels).
+/* One block of LANES channels [cb, cb + LANES) over all L tokens; B and C point at its group's n values of
+ * token 0.  Inlined with n a constant (the paper's d_state, 8), so the loops over the states unroll and the
+ * states and decay rates stay in registers. */
+static inline __attribute__((always_inline)) void scan_block(const float *u, const float *delta, const float *A, const float *B,
+                                                             const float *C, vf dd, vf bb, float *y, int64_t L, int64_t n,
+                                                             int64_t ld_u, int64_t ld_bc, int64_t cb, int use_softplus)
+{
+    vf a[MAX_STATE], h[MAX_STATE];
+    float col[LANES];
+#pragma GCC unroll 16
+    for (int64_t k = 0; k < n; k++) {
+        for (int j = 0; j < LANES; j++)
+            col[j] = A[(cb + j) * n + k];
+        a[k] = load(col);
+        h[k] = splat(0.0f);
+    }
+    /* Tokens in chunks: first every token's step Δ_t (softplus: a long chain of dependent operations) and Δ_t u_t,
+     * which do not depend on each other, then the recurrence, whose exponentials then wait on nothing. */
+    vf dts[CHUNK], dus[CHUNK];
+    for (int64_t t0 = 0; t0 < L; t0 += CHUNK) {
+        const int64_t m = L - t0 < CHUNK ? L - t0 : CHUNK;
+        for (int64_t i = 0; i < m; i++) {
+            const vf dt = load(delta + (t0 + i) * ld_u + cb) + bb;
+            dts[i] = use_softplus ? vsoftplus(dt) : dt;
+            dus[i] = dts[i] * load(u + (t0 + i) * ld_u + cb);
+        }
+        for (int64_t i = 0; i < m; i++) {
+            const int64_t t = t0 + i;
+            const float *Bt = B + t * ld_bc, *Ct = C + t * ld_bc;
+            const vf dt = dts[i], du = dus[i];
+            vf acc = dd * load(u + t * ld_u + cb);
+#pragma GCC unroll 16
+            for (int64_t k = 0; k < n; k++) {
+                h[k] = vexp(dt * a[k]) * h[k] + du * Bt[k];
+                acc += Ct[k] * h[k];
+            }
+            store(y + t * ld_u + cb, acc);
+        }
+    }
+}
+
+int dgno_lanes(void)
+{
+    return LANES;
+}
+
+/* The channels [c0, c1) of one sequence; d, c0, c1 and d / groups are multiples of LANES (the caller pads
+ * every group's channels, so a block of LANES channels lies in one group and shares its B and C).
  * Returns 0; 1 when n exceeds MAX_STATE, 2 when a channel count is not a multiple of LANES (nothing computed). */
 int dgno_scan_f32(const float *u, const float *delta, const float *A, const float *B, const float *C, const float *D,
                   const float *bias, float *y, int64_t L, int64_t d, int64_t n, int64_t groups, int64_t ld_u, int64_t ld_bc,
@@ -104,48 +175,19 @@ int dgno_scan_f32(const float *u, const float *delta, const float *A, const floa
 {
     if (n > MAX_STATE)
         return 1;
-    if (d % LANES || c0 % LANES || c1 % LANES || d % groups)
+    if (d % groups || (d / groups) % LANES || c0 % LANES || c1 % LANES)
         return 2;
     const int64_t per_group = d / groups;
     for (int64_t cb = c0; cb < c1; cb += LANES) {
-        vf a[MAX_STATE], h[MAX_STATE];
-        float col[LANES];
-        for (int64_t k = 0; k < n; k++) {
-            for (int j = 0; j < LANES; j++)
-                col[j] = A[(cb + j) * n + k];
-            a[k] = load(col);
-            h[k] = splat(0.0f);
-        }
         const vf dd = D ? load(D + cb) : splat(0.0f);
         const vf bb = bias ? load(bias + cb) : splat(0.0f);
-        const int64_t g_first = cb / per_group, g_last = (cb + LANES - 1) / per_group;
-        for (int64_t t = 0; t < L; t++) {
-            const float *Bt = B + t * ld_bc, *Ct = C + t * ld_bc;
-            const vf ut = load(u + t * ld_u + cb);
-            vf dt = load(delta + t * ld_u + cb) + bb;
-            if (use_softplus)
-                dt = vsoftplus(dt);
-            const vf du = dt * ut;
-            vf acc = dd * ut;
-            if (g_first == g_last) { /* the usual case: the LANES channels share one group's B and C */
-                const float *Bg = Bt + g_first * n, *Cg = Ct + g_first * n;
-                for (int64_t k = 0; k < n; k++) {
-                    h[k] = vexp(dt * a[k]) * h[k] + du * Bg[k];
-                    acc += Cg[k] * h[k];
-                }
-            } else {
-                for (int64_t k = 0; k < n; k++) {
-                    float bk[LANES], ck[LANES];
-                    for (int j = 0; j < LANES; j++) {
-                        bk[j] = Bt[(cb + j) / per_group * n + k];
-                        ck[j] = Ct[(cb + j) / per_group * n + k];
-                    }
-                    h[k] = vexp(dt * a[k]) * h[k] + du * load(bk);
-                    acc += load(ck) * h[k];
-                }
-            }
-            store(y + t * ld_u + cb, acc);
-        }
+        const float *Bg = B + cb / per_group * n, *Cg = C + cb / per_group * n;
+        if (n == 8)
+            scan_block(u, delta, A, Bg, Cg, dd, bb, y, L, 8, ld_u, ld_bc, cb, use_softplus);
+        else if (n == 16)
+            scan_block(u, delta, A, Bg, Cg, dd, bb, y, L, 16, ld_u, ld_bc, cb, use_softplus);
+        else
+            scan_block(u, delta, A, Bg, Cg, dd, bb, y, L, n, ld_u, ld_bc, cb, use_softplus);
     }
     return 0;
 }
@@ -156,27 +198,91 @@ int dgno_scan_f32(const float *u, const float *delta, const float *A, const floa
  *
  * x and out are (H, W, C), any C; w is (k, k, C), bias (C) or NULL.  Every tap is one multiply-add over
  * the C contiguous channels of a pixel, into that pixel's output row, which stays in the L1 cache. */
+static inline void depthwise_pixel(const float *restrict x, const float *restrict w, const float *restrict bias,
+                                   float *restrict o, int64_t H, int64_t W, int64_t C, int64_t k, int64_t y, int64_t xx)
+{
+    const int64_t r = k / 2;
+    for (int64_t c = 0; c < C; c++)
+        o[c] = bias ? bias[c] : 0.0f;
+    for (int64_t i = 0; i < k; i++) {
+        const int64_t yi = y + i - r;
+        if (yi < 0 || yi >= H)
+            continue;
+        for (int64_t j = 0; j < k; j++) {
+            const int64_t xj = xx + j - r;
+            if (xj < 0 || xj >= W)
+                continue;
+            const float *restrict src = x + (yi * W + xj) * C, *restrict wt = w + (i * k + j) * C;
+            for (int64_t c = 0; c < C; c++)
+                o[c] += wt[c] * src[c];
+        }
+    }
+}
+
 void dgno_depthwise_f32(const float *restrict x, const float *restrict w, const float *restrict bias,
                         float *restrict out, int64_t H, int64_t W, int64_t C, int64_t k, int64_t y0, int64_t y1)
 {
-    const int64_t r = k / 2;
+    for (int64_t y = y0; y < y1; y++)
+        for (int64_t xx = 0; xx < W; xx++)
+            depthwise_pixel(x, w, bias, out + (y * W + xx) * C, H, W, C, k, y, xx);
+}
+
+/* erf(x), absolute error below 2e-7: 1 − t·exp(−x² + P(t)) with t = 1 / (1 + |x|/2) (the Chebyshev-fitted
+ * form of Numerical Recipes' erfc), odd in x. */
+static inline vf verf(vf x)
+{
+    const vf ax = vmax(x, -x);
+    const vf t = 1.0f / (1.0f + 0.5f * ax);
+    vf p = splat(0.17087277f);
+    p = p * t - 0.82215223f;
+    p = p * t + 1.48851587f;
+    p = p * t - 1.13520398f;
+    p = p * t + 0.27886807f;
+    p = p * t - 0.18628806f;
+    p = p * t + 0.09678418f;
+    p = p * t + 0.37409196f;
+    p = p * t + 1.00002368f;
+    p = p * t - 1.26551223f;
+    const vf erfc = t * vexp(p - ax * ax);
+    const vf e = 1.0f - erfc;
+    vi neg = x < 0.0f;
+    return (vf)((neg & (vi)(-e)) | (~neg & (vi)e));
+}
+
+/* The gates that follow a depth-wise convolution in this network's blocks (GATE_* of dgno_depthwise_gate_f32). */
+enum { GATE_NONE = 0, GATE_GELU = 1, GATE_SIGMOID = 2 };
+
+/* One pixel's gate on the LANES channels at c: conv holds the pixel's convolved channels, x its input. */
+static inline vf gate_block(const float *conv, const float *x, int64_t c, int64_t half, int gate)
+{
+    const vf v = load(conv + c);
+    if (gate == GATE_GELU) /* Restormer's GDFN: GELU(a) ⊙ b, a the first half of the channels, b the second */
+        return 0.5f * v * (1.0f + verf(v * 0.70710678118654752f)) * load(conv + half + c);
+    if (gate == GATE_SIGMOID) /* the ASSM's positional gate: x ⊙ σ(conv) */
+        return load(x + c) / (1.0f + vexp(-v));
+    return v;
+}
+
+/* A depth-wise k×k convolution (as dgno_depthwise_f32, C channels in and padded to a multiple of LANES by
+ * the caller) followed by its gate, rows [y0, y1) of one image; the convolved pixel stays in `row` (C floats,
+ * the caller's scratch), so the map before the gate is never written out.
+ *   GATE_NONE:    out (H, W, C)   = conv
+ *   GATE_GELU:    out (H, W, C/2) = GELU(conv[:C/2]) ⊙ conv[C/2:]      (C/2 a multiple of LANES)
+ *   GATE_SIGMOID: out (H, W, C)   = x ⊙ σ(conv)
+ * Returns 0, or 2 when a channel count is not a multiple of LANES. */
+int dgno_depthwise_gate_f32(const float *restrict x, const float *restrict w, const float *restrict bias,
+                            float *restrict out, float *restrict row, int64_t H, int64_t W, int64_t C, int64_t k,
+                            int gate, int64_t y0, int64_t y1)
+{
+    const int64_t half = C / 2, cout = gate == GATE_GELU ? half : C;
+    if (C % LANES || cout % LANES)
+        return 2;
     for (int64_t y = y0; y < y1; y++)
         for (int64_t xx = 0; xx < W; xx++) {
-            float *restrict o = out + (y * W + xx) * C;
-            for (int64_t c = 0; c < C; c++)
-                o[c] = bias ? bias[c] : 0.0f;
-            for (int64_t i = 0; i < k; i++) {
-                const int64_t yi = y + i - r;
-                if (yi < 0 || yi >= H)
-                    continue;
-                for (int64_t j = 0; j < k; j++) {
-                    const int64_t xj = xx + j - r;
-                    if (xj < 0 || xj >= W)
-                        continue;
-                    const float *restrict src = x + (yi * W + xj) * C, *restrict wt = w + (i * k + j) * C;
-                    for (int64_t c = 0; c < C; c++)
-                        o[c] += wt[c] * src[c];
-                }
-            }
+            const int64_t pixel = y * W + xx;
+            depthwise_pixel(x, w, bias, row, H, W, C, k, y, xx);
+            for (int64_t c = 0; c < cout; c += LANES)
+                store(out + pixel * cout + c, gate_block(row, x + pixel * C, c, half, gate));
         }
+    return 0;
 }

@@ -36,7 +36,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 SOURCE = Path(__file__).with_name("native_kernels.c")
-LANES = 16  # channels per register block (LANES in native_kernels.c): the channels are padded to a multiple
 MAX_STATE = 64  # MAX_STATE in native_kernels.c
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC", "-Wno-psabi")
 
@@ -89,7 +88,19 @@ def _build() -> tuple[ctypes.CDLL | None, str]:
     lib.dgno_scan_f32.restype = ctypes.c_int
     lib.dgno_depthwise_f32.argtypes = [ptr] * 4 + [i64] * 6
     lib.dgno_depthwise_f32.restype = None
+    lib.dgno_depthwise_gate_f32.argtypes = [ptr] * 5 + [i64] * 4 + [ctypes.c_int] + [i64] * 2
+    lib.dgno_depthwise_gate_f32.restype = ctypes.c_int
+    lib.dgno_lanes.argtypes, lib.dgno_lanes.restype = [], ctypes.c_int
     return lib, ""
+
+
+def lanes() -> int:
+    """Channels per register block of the compiled scan (its LANES: 16 with AVX-512, else 8); the scan's
+    channels are padded to a multiple of it."""
+    lib, why = _build()
+    if lib is None:
+        raise RuntimeError(f"the native scan kernel is unavailable: {why}")
+    return int(lib.dgno_lanes())
 
 
 def _compile(cc: str, target: Path) -> str:
@@ -131,7 +142,7 @@ def selective_scan_native(u, delta, A, B, C, D, delta_bias, delta_softplus: bool
     as (b, G, N, L), all float32 CPU tensors, no gradient.
 
     The inputs are copied once into the kernel's layout: token-major, channels padded to a multiple of
-    LANES (padded channels have u = 0, so their state stays 0 and their output is dropped).  The work is
+    :func:`lanes` (padded channels have u = 0, so their state stays 0 and their output is dropped).  The work is
     split into equal channel ranges over ``torch.get_num_threads()`` threads.
     """
     lib, why = _build()
@@ -142,7 +153,8 @@ def selective_scan_native(u, delta, A, B, C, D, delta_bias, delta_softplus: bool
     if n > MAX_STATE:
         raise ValueError(f"the native scan kernel handles up to {MAX_STATE} states, got {n}")
     per_group = d // g
-    pad = (-per_group) % LANES  # pad each group's channels, so a block never straddles two groups
+    block = lanes()
+    pad = (-per_group) % block  # pad each group's channels, so a block never straddles two groups
     dp = (per_group + pad) * g
 
     def channels(x: Tensor) -> Tensor:  # (..., d) → (..., dp), contiguous (no copy when it already is)
@@ -156,7 +168,7 @@ def selective_scan_native(u, delta, A, B, C, D, delta_bias, delta_softplus: bool
     Dp = None if D is None else channels(D)
     bias = None if delta_bias is None else channels(delta_bias)
     y = torch.empty_like(ut)
-    jobs = _split(b, dp, torch.get_num_threads())
+    jobs = _split(b, dp, torch.get_num_threads(), block)
 
     def run(job: tuple[int, int, int]) -> int:
         i, c0, c1 = job
@@ -173,40 +185,54 @@ def selective_scan_native(u, delta, A, B, C, D, delta_bias, delta_softplus: bool
     return y.transpose(1, 2)
 
 
-def _split(batch: int, channels: int, threads: int) -> list[tuple[int, int, int]]:
-    """(sequence, c0, c1) jobs: every sequence's LANES-channel blocks dealt into about ``threads`` equal
+def _split(batch: int, channels: int, threads: int, block: int) -> list[tuple[int, int, int]]:
+    """(sequence, c0, c1) jobs: every sequence's ``block``-channel blocks dealt into about ``threads`` equal
     ranges per sequence (whole sequences when there are at least as many as threads)."""
-    blocks = channels // LANES
+    blocks = channels // block
     per_seq = max(1, min(blocks, -(-threads // batch)))
     size = -(-blocks // per_seq)
-    return [(i, k * LANES, min(blocks, k + size) * LANES) for i in range(batch) for k in range(0, blocks, size)]
+    return [(i, k * block, min(blocks, k + size) * block) for i in range(batch) for k in range(0, blocks, size)]
 
 
-def depthwise_conv_native(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """Depth-wise k×k convolution, stride 1, zero padding k // 2: x (B, C, H, W), weight (C, 1, k, k), bias (C,).
+GATES = {"none": 0, "gelu": 1, "sigmoid": 2}  # GATE_* of native_kernels.c
 
-    Returns a channels-last (B, C, H, W) tensor (a view of (B, H, W, C) memory); x is copied to that
-    layout unless it is in it.  The rows of every image are split over ``torch.get_num_threads()`` threads.
+
+def depthwise_conv_native(x: Tensor, weight: Tensor, bias: Tensor | None, gate: str = "none") -> Tensor:
+    """Depth-wise k×k convolution, stride 1, zero padding k // 2, then ``gate``: x (B, C, H, W), weight
+    (C, 1, k, k), bias (C,).
+
+    ``gate`` "none": the convolution, any C; "gelu": GELU(conv[:, :C/2]) ⊙ conv[:, C/2:] (C/2 channels out,
+    Restormer's gated feed-forward); "sigmoid": x ⊙ σ(conv) (the ASSM's positional gate).  The gated forms
+    never write the map before the gate, and need C (and C/2) to be multiples of :func:`lanes`.
+    Returns a channels-last tensor (a view of (B, H, W, C_out) memory); x is copied to that layout unless
+    it is in it.  The rows of every image are split over ``torch.get_num_threads()`` threads.
     """
     lib, why = _build()
     if lib is None:
         raise RuntimeError(f"the native kernels are unavailable: {why}")
     b, c, h, w = x.shape
     k = weight.shape[-1]
+    c_out = c // 2 if gate == "gelu" else c
+    if gate != "none" and (c % lanes() or c_out % lanes()):
+        raise ValueError(f"the gated depth-wise kernel needs channels in multiples of {lanes()}, got {c}")
     xt = x.permute(0, 2, 3, 1).contiguous()  # (B, H, W, C): no copy when x is channels-last
     wt = weight.reshape(c, k * k).t().contiguous()  # (k·k, C)
     bt = None if bias is None else bias.contiguous()
-    out = torch.empty_like(xt)
+    out = xt.new_empty(b, h, w, c_out)
     threads = torch.get_num_threads()
     rows = -(-h // threads)
     jobs = [(i, y0, min(h, y0 + rows)) for i in range(b) for y0 in range(0, h, rows)]
 
-    def run(job: tuple[int, int, int]) -> None:
+    def run(job: tuple[int, int, int]) -> int:
         i, y0, y1 = job
-        lib.dgno_depthwise_f32(xt[i].data_ptr(), wt.data_ptr(), None if bt is None else bt.data_ptr(), out[i].data_ptr(), h, w, c, k, y0, y1)
+        args = (xt[i].data_ptr(), wt.data_ptr(), None if bt is None else bt.data_ptr(), out[i].data_ptr())
+        if gate == "none":
+            lib.dgno_depthwise_f32(*args, h, w, c, k, y0, y1)
+            return 0
+        row = torch.empty(c)  # the kernel's scratch: one convolved pixel
+        return lib.dgno_depthwise_gate_f32(*args, row.data_ptr(), h, w, c, k, GATES[gate], y0, y1)
 
-    if len(jobs) > 1:
-        list(_pool(threads).map(run, jobs))
-    else:
-        run(jobs[0])
+    codes = list(_pool(threads).map(run, jobs)) if len(jobs) > 1 else [run(jobs[0])]
+    if any(codes):
+        raise RuntimeError(f"the native depth-wise kernel refused its arguments (code {max(codes)})")
     return out.permute(0, 3, 1, 2)

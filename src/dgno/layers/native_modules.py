@@ -8,7 +8,9 @@ is (the maths of the paper); only how each piece is computed on a CPU changes:
 * a 1×1 convolution is a matrix product over pixels (``PointwiseLinear``): one GEMM on the NHWC data,
   where PyTorch's CPU convolution took an im2col-style path at several times the cost;
 * a depth-wise k×k convolution runs the compiled kernel of ``dgno.layers.native_kernels``
-  (``NativeDepthwise``);
+  (``NativeDepthwise``), with the gate that follows it in the same pass where a block has one: the
+  GDFN's GELU(a) ⊙ b (``NativeGDFN``, its hidden channels padded with zeros to whole vector blocks, which
+  the matrix products also run faster on) and the ASSM's v ⊙ σ(DWConv(v)) (``ASSM.fused_gate``);
 * the selective scan runs its compiled kernel (``scan_backend = "native"``);
 * the channel LayerNorm2d is one ``F.layer_norm`` over the channels-last view (its ``fused`` form).
 
@@ -23,7 +25,7 @@ from torch import Tensor, nn
 
 from dgno.layers import native_kernels
 from dgno.layers.blocks import LayerNorm2d
-from dgno.layers.mambair import ASSM
+from dgno.layers.mambair import ASSM, GDFN
 
 
 class PointwiseLinear(nn.Module):
@@ -48,6 +50,38 @@ class NativeDepthwise(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return native_kernels.depthwise_conv_native(x, self.weight, self.bias)
+
+
+class NativeGDFN(nn.Module):
+    """Restormer's GDFN, W_out(GELU(a) ⊙ b) with [a, b] = DWConv3×3(W_in x), as two matrix products around one
+    fused depth-wise-and-gate kernel; (B, dim, H, W) → channels-last (B, dim, H, W).
+
+    The hidden width h is padded to h' (a multiple of 16): W_in gains zero rows after a's and after b's h
+    outputs, the depth-wise weights zeros, W_out zero columns.  A padded channel is then 0 in a and b,
+    GELU(0) ⊙ 0 = 0, and it adds nothing to the output: the function is unchanged.
+    """
+
+    def __init__(self, gdfn: GDFN) -> None:
+        super().__init__()
+        hidden = gdfn.project_out.in_channels
+        padded = -(-hidden // 16) * 16
+        w_in = gdfn.project_in.weight.detach().flatten(1)  # (2h, dim)
+        w_dw = gdfn.dwconv.weight.detach()  # (2h, 1, k, k)
+
+        def halves(w: Tensor) -> Tensor:  # (2h, ...) → (2h', ...): each half padded with zeros
+            a, b = w.chunk(2)
+            pad = w.new_zeros(padded - hidden, *w.shape[1:])
+            return torch.cat([a, pad, b, pad])
+
+        self.w_in = nn.Parameter(halves(w_in), requires_grad=False)  # (2h', dim)
+        self.w_dw = nn.Parameter(halves(w_dw), requires_grad=False)  # (2h', 1, k, k)
+        w_out = gdfn.project_out.weight.detach().flatten(1)  # (dim, h)
+        self.w_out = nn.Parameter(F.pad(w_out, (0, padded - hidden)), requires_grad=False)  # (dim, h')
+
+    def forward(self, x: Tensor) -> Tensor:
+        hidden = F.linear(x.permute(0, 2, 3, 1), self.w_in).permute(0, 3, 1, 2)  # (B, 2h', H, W) channels-last
+        gated = native_kernels.depthwise_conv_native(hidden, self.w_dw, None, "gelu")  # (B, h', H, W)
+        return F.linear(gated.permute(0, 2, 3, 1), self.w_out).permute(0, 3, 1, 2)
 
 
 def is_pointwise(conv: nn.Module) -> bool:
@@ -85,7 +119,13 @@ def to_native(model: nn.Module) -> dict[str, int]:
     """
     if not native_kernels.available():
         raise RuntimeError(f"the native CPU kernels are unavailable: {native_kernels.unavailable_reason()}")
-    counts = {"pointwise": 0, "depthwise": 0, "scan": 0, "layernorm": 0}
+    counts = {"gdfn": 0, "gate": 0, "pointwise": 0, "depthwise": 0, "scan": 0, "layernorm": 0}
+    block = native_kernels.lanes()
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, GDFN) and type(child.dwconv) is nn.Conv2d and is_depthwise(child.dwconv):
+                setattr(parent, name, NativeGDFN(child))
+                counts["gdfn"] += 1
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if is_pointwise(child):
@@ -98,6 +138,9 @@ def to_native(model: nn.Module) -> dict[str, int]:
         if isinstance(module, ASSM):
             module.scan_backend = "native"
             counts["scan"] += 1
+            if module.cpe.weight.shape[0] % block == 0:
+                module.fused_gate = True
+                counts["gate"] += 1
         elif isinstance(module, LayerNorm2d):
             module.fused = True
             counts["layernorm"] += 1
