@@ -72,6 +72,25 @@ def test_native_assm_block_keeps_the_function():
             torch.testing.assert_close(native(x), block(x), atol=1e-4, rtol=0)
 
 
+@needs_kernels
+@pytest.mark.parametrize("m,k,n,bias", [(1000, 48, 254, False), (37, 96, 22, True), (5, 7, 3, True), (64, 200, 64, False)])
+def test_packed_linear_matches_torch(m, k, n, bias):
+    """The compiled matrix product: any row count (not whole 6-row blocks), output width (not whole panels)
+    and depth, with and without bias, on token rows and on a channels-last map's pixels."""
+    g = torch.Generator().manual_seed(m + k + n)
+    w = torch.randn(n, k, generator=g)
+    b = torch.randn(n, generator=g) if bias else None
+    layer = native_modules.PackedLinear(w, b)
+    x = torch.randn(2, m, k, generator=g)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), F.linear(x, w, b), atol=1e-5, rtol=1e-5)
+        conv = torch.nn.Conv2d(k, n, 1, bias=bias)
+        image = torch.randn(1, k, 3, m, generator=g).contiguous(memory_format=torch.channels_last)
+        torch.testing.assert_close(native_modules.PointwiseLinear(conv)(image), conv(image), atol=1e-5, rtol=1e-5)
+        strided = x.transpose(1, 2).contiguous().transpose(1, 2)  # rows not contiguous: copied first
+        torch.testing.assert_close(layer(strided), F.linear(strided, w, b), atol=1e-5, rtol=1e-5)
+
+
 def test_kernels_without_a_compiler_say_why(monkeypatch, tmp_path):
     """No compiler: the kernels are unavailable with the reason, and nothing half-built stays in the cache."""
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))

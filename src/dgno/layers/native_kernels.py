@@ -91,6 +91,9 @@ def _build() -> tuple[ctypes.CDLL | None, str]:
     lib.dgno_depthwise_gate_f32.argtypes = [ptr] * 5 + [i64] * 4 + [ctypes.c_int] + [i64] * 2
     lib.dgno_depthwise_gate_f32.restype = ctypes.c_int
     lib.dgno_lanes.argtypes, lib.dgno_lanes.restype = [], ctypes.c_int
+    lib.dgno_gemm_f32.argtypes = [ptr, i64, ptr, ptr, ptr] + [i64] * 4
+    lib.dgno_gemm_f32.restype = None
+    lib.dgno_panel.argtypes, lib.dgno_panel.restype = [], ctypes.c_int
     return lib, ""
 
 
@@ -236,3 +239,50 @@ def depthwise_conv_native(x: Tensor, weight: Tensor, bias: Tensor | None, gate: 
     if any(codes):
         raise RuntimeError(f"the native depth-wise kernel refused its arguments (code {max(codes)})")
     return out.permute(0, 3, 1, 2)
+
+
+def panel() -> int:
+    """Output channels per panel of the compiled matrix product (its PANEL: two vector registers)."""
+    lib, why = _build()
+    if lib is None:
+        raise RuntimeError(f"the native kernels are unavailable: {why}")
+    return int(lib.dgno_panel())
+
+
+def pack_linear(weight: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor]:
+    """W (N, K) and its bias (N,) or None in the layout of :func:`linear_native`: panels (N'/P, K, P) of P
+    output channels and the bias padded to N' (zeros), N' the next multiple of P = :func:`panel`."""
+    n, k = weight.shape
+    width = panel()
+    padded = -(-n // width) * width
+    w = F.pad(weight.detach().float(), (0, 0, 0, padded - n))  # (N', K)
+    packed = w.view(padded // width, width, k).transpose(1, 2).contiguous()  # (N'/P, K, P)
+    b = torch.zeros(padded) if bias is None else F.pad(bias.detach().float(), (0, padded - n))
+    return packed, b
+
+
+def linear_native(x: Tensor, packed: Tensor, bias: Tensor, n_out: int) -> Tensor:
+    """x (..., K) · Wᵀ + bias → (..., N) with the compiled kernel; ``packed`` and ``bias`` from
+    :func:`pack_linear`.  x's last axis must be contiguous (channels-last maps, token rows); the rows
+    are split over ``torch.get_num_threads()`` threads."""
+    lib, why = _build()
+    if lib is None:
+        raise RuntimeError(f"the native kernels are unavailable: {why}")
+    k = x.shape[-1]
+    a = x.reshape(-1, k)
+    if a.stride(1) != 1 or (a.shape[0] > 1 and a.stride(0) < k):
+        a = a.contiguous()
+    m = a.shape[0]
+    out = a.new_empty(m, n_out)
+    threads = torch.get_num_threads()
+    rows = -(-m // (6 * threads)) * 6  # whole blocks of the kernel's 6 rows per thread
+    jobs = [(m0, min(m, m0 + rows)) for m0 in range(0, m, rows)]
+
+    def run(job: tuple[int, int]) -> None:
+        lib.dgno_gemm_f32(a.data_ptr(), a.stride(0), packed.data_ptr(), bias.data_ptr(), out.data_ptr(), n_out, k, *job)
+
+    if len(jobs) > 1:
+        list(_pool(threads).map(run, jobs))
+    else:
+        run(jobs[0])
+    return out.view(*x.shape[:-1], n_out)
