@@ -13,6 +13,7 @@
  * with the local compiler and -O3 -march=native, at first use.
  */
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 /* channels per block: one vector register (AVX-512: 16 floats, AVX2 and others: 8) */
@@ -358,4 +359,75 @@ void dgno_gemm_f32(const float *restrict A, int64_t lda, const float *restrict W
 int dgno_panel(void)
 {
     return PANEL;
+}
+
+/* The d features of every head of one pixel, normalised as the operator layers' per-head LayerNorm does:
+ * (f − μ) / (s + ε) · w + b with s the unbiased standard deviation; feature c of the pixel goes to out[c·P]. */
+static inline void head_norm(const float *f, const float *w, const float *b, int64_t heads, int64_t d, float eps,
+                             float *out, int64_t P)
+{
+    for (int64_t h = 0; h < heads; h++) {
+        const float *fh = f + h * d;
+        float sum = 0.0f;
+        for (int64_t t = 0; t < d; t++)
+            sum += fh[t];
+        const float mean = sum / (float)d;
+        float ss = 0.0f;
+        for (int64_t t = 0; t < d; t++)
+            ss += (fh[t] - mean) * (fh[t] - mean);
+        const float scale = 1.0f / (sqrtf(ss / (float)(d - 1)) + eps);
+        for (int64_t t = 0; t < d; t++)
+            out[(h * d + t) * P] = b[h * d + t] + (fh[t] - mean) * scale * w[h * d + t];
+    }
+}
+
+/* The Galerkin layers' cut of one image into p1 × p2 elements, from its channels-last [Q | K | V] map
+ * qkv (H, W, 3C), into q, k, v (nH, nW, C, p1, p2) each (C = heads · d, the samples last), K and V
+ * normalised per head (kw, kb, vw, vb: (C,)).  Element rows [r0, r1). */
+void dgno_dg_cut_f32(const float *restrict qkv, int64_t H, int64_t W, int64_t C, int64_t heads, int64_t p1, int64_t p2,
+                     const float *kw, const float *kb, const float *vw, const float *vb, float eps, float *restrict q,
+                     float *restrict k, float *restrict v, int64_t r0, int64_t r1)
+{
+    const int64_t d = C / heads, nW = W / p2, P = p1 * p2;
+    (void)H;
+    for (int64_t er = r0; er < r1; er++)
+        for (int64_t ec = 0; ec < nW; ec++) {
+            const int64_t base = (er * nW + ec) * C * P;
+            for (int64_t i = 0; i < p1; i++)
+                for (int64_t j = 0; j < p2; j++) {
+                    const float *px = qkv + ((er * p1 + i) * W + ec * p2 + j) * 3 * C;
+                    const int64_t s = base + i * p2 + j;
+                    for (int64_t c = 0; c < C; c++)
+                        q[s + c * P] = px[c];
+                    head_norm(px + C, kw, kb, heads, d, eps, k + s, P);
+                    head_norm(px + 2 * C, vw, vb, heads, d, eps, v + s, P);
+                }
+        }
+}
+
+/* Q K_e back onto the map, plus the layer's input:  out (H, W, C) = x + z,  z[(h, j), y] = Σ_ℓ q[(h, ℓ), y] · K[h, ℓ, j]
+ * on every element, q (nH, nW, C, p1, p2), K (nH, nW, heads, d, d), x channels-last (H, W, C).  Element rows [r0, r1). */
+void dgno_dg_apply_f32(const float *restrict q, const float *restrict K, const float *restrict x, float *restrict out,
+                       int64_t H, int64_t W, int64_t C, int64_t heads, int64_t p1, int64_t p2, int64_t r0, int64_t r1)
+{
+    const int64_t d = C / heads, nW = W / p2, P = p1 * p2;
+    (void)H;
+    for (int64_t er = r0; er < r1; er++)
+        for (int64_t ec = 0; ec < nW; ec++) {
+            const int64_t e = er * nW + ec;
+            const float *qe = q + e * C * P, *Ke = K + e * heads * d * d;
+            for (int64_t i = 0; i < p1; i++)
+                for (int64_t j = 0; j < p2; j++) {
+                    const int64_t pixel = (er * p1 + i) * W + ec * p2 + j, s = i * p2 + j;
+                    const float *xi = x + pixel * C;
+                    float *o = out + pixel * C;
+                    for (int64_t h = 0; h < heads; h++)
+                        for (int64_t jj = 0; jj < d; jj++) {
+                            float acc = 0.0f;
+                            for (int64_t l = 0; l < d; l++)
+                                acc += qe[(h * d + l) * P + s] * Ke[(h * d + l) * d + jj];
+                            o[h * d + jj] = xi[h * d + jj] + acc;
+                        }
+                }
+        }
 }

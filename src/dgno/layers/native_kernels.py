@@ -94,6 +94,10 @@ def _build() -> tuple[ctypes.CDLL | None, str]:
     lib.dgno_gemm_f32.argtypes = [ptr, i64, ptr, ptr, ptr] + [i64] * 4
     lib.dgno_gemm_f32.restype = None
     lib.dgno_panel.argtypes, lib.dgno_panel.restype = [], ctypes.c_int
+    lib.dgno_dg_cut_f32.argtypes = [ptr] + [i64] * 6 + [ptr] * 4 + [ctypes.c_float] + [ptr] * 3 + [i64] * 2
+    lib.dgno_dg_cut_f32.restype = None
+    lib.dgno_dg_apply_f32.argtypes = [ptr] * 4 + [i64] * 8
+    lib.dgno_dg_apply_f32.restype = None
     return lib, ""
 
 
@@ -286,3 +290,68 @@ def linear_native(x: Tensor, packed: Tensor, bias: Tensor, n_out: int) -> Tensor
     else:
         run(jobs[0])
     return out.view(*x.shape[:-1], n_out)
+
+
+def _element_rows(batch: int, rows: int) -> list[tuple[int, int, int]]:
+    """(image, r0, r1) jobs: every image's element rows in about ``torch.get_num_threads()`` equal ranges."""
+    threads = torch.get_num_threads()
+    size = -(-rows // max(1, -(-threads // batch)))
+    return [(i, r0, min(rows, r0 + size)) for i in range(batch) for r0 in range(0, rows, size)]
+
+
+def _run_jobs(run, jobs: list) -> None:
+    if len(jobs) > 1:
+        list(_pool(torch.get_num_threads()).map(run, jobs))
+    else:
+        run(jobs[0])
+
+
+def dg_cut(qkv: Tensor, heads: int, p1: int, p2: int, k_norm: tuple[Tensor, Tensor, float], v_norm: tuple[Tensor, Tensor, float]):
+    """The Galerkin layers' Q, K̃, Ṽ on p1 × p2 elements, each (B, nH, nW, heads, d, p1, p2), from the
+    [Q | K | V] map qkv (B, 3C, H, W) (channels-last: no copy), K and V through their per-head norms
+    (``(weight (heads, d), bias (heads, d), eps)`` each).  One pass over the map instead of three
+    rearranging copies and a dozen element-wise passes over a 7-axis layout."""
+    lib = _lib()
+    b, c3, h, w = qkv.shape
+    c = c3 // 3
+    d, nh, nw = c // heads, h // p1, w // p2
+    xt = qkv.permute(0, 2, 3, 1).contiguous()  # (B, H, W, 3C)
+    q, k, v = (xt.new_empty(b, nh, nw, c, p1, p2) for _ in range(3))
+    (kw, kb, keps), (vw, vb, veps) = k_norm, v_norm
+    kw, kb, vw, vb = (t.detach().float().contiguous() for t in (kw, kb, vw, vb))
+    if keps != veps:
+        raise ValueError("the native element cut takes one epsilon for both norms")
+
+    def run(job: tuple[int, int, int]) -> None:
+        i, r0, r1 = job
+        lib.dgno_dg_cut_f32(xt[i].data_ptr(), h, w, c, heads, p1, p2, kw.data_ptr(), kb.data_ptr(), vw.data_ptr(), vb.data_ptr(),
+                            float(keps), q[i].data_ptr(), k[i].data_ptr(), v[i].data_ptr(), r0, r1)  # fmt: skip
+
+    _run_jobs(run, _element_rows(b, nh))
+    return tuple(t.view(b, nh, nw, heads, d, p1, p2) for t in (q, k, v))
+
+
+def dg_apply(q: Tensor, op: Tensor, x: Tensor) -> Tensor:
+    """x + Q K_e as a channels-last (B, C, H, W) map: q (B, nH, nW, heads, d, p1, p2) from :func:`dg_cut`,
+    op (B, nH, nW, heads, d, d), x (B, C, H, W).  The product, the element-to-map layout and the residual
+    sum in one pass."""
+    lib = _lib()
+    b, nh, nw, heads, d, p1, p2 = q.shape
+    c, h, w = heads * d, nh * p1, nw * p2
+    q, op = q.contiguous(), op.contiguous()
+    xt = x.permute(0, 2, 3, 1).contiguous()  # (B, H, W, C)
+    out = torch.empty_like(xt)
+
+    def run(job: tuple[int, int, int]) -> None:
+        i, r0, r1 = job
+        lib.dgno_dg_apply_f32(q[i].data_ptr(), op[i].data_ptr(), xt[i].data_ptr(), out[i].data_ptr(), h, w, c, heads, p1, p2, r0, r1)
+
+    _run_jobs(run, _element_rows(b, nh))
+    return out.permute(0, 3, 1, 2)
+
+
+def _lib() -> ctypes.CDLL:
+    lib, why = _build()
+    if lib is None:
+        raise RuntimeError(f"the native kernels are unavailable: {why}")
+    return lib

@@ -15,6 +15,8 @@ is (the maths of the paper); only how each piece is computed on a CPU changes:
   GDFN's GELU(a) ⊙ b (``NativeGDFN``, its hidden channels padded with zeros to whole vector blocks, which
   the matrix products also run faster on) and the ASSM's v ⊙ σ(DWConv(v)) (``ASSM.fused_gate``);
 * the selective scan runs its compiled kernel (``scan_backend = "native"``);
+* the Galerkin operator layers cut the map into elements, with the per-head norms of K and V, and put
+  Q K_e back onto the map, plus the residual, in one compiled pass each (``_GalerkinLayer.native``);
 * the channel LayerNorm2d is one ``F.layer_norm`` over the channels-last view (its ``fused`` form).
 
 Nothing changes the arithmetic beyond float rounding (tests compare with the original network).
@@ -29,6 +31,7 @@ from torch import Tensor, nn
 from dgno.layers import native_kernels
 from dgno.layers.blocks import LayerNorm2d
 from dgno.layers.mambair import ASSM, GDFN
+from dgno.layers.operator import _GalerkinLayer
 
 
 class PackedLinear(nn.Module):
@@ -139,7 +142,7 @@ def to_native(model: nn.Module) -> dict[str, int]:
     """
     if not native_kernels.available():
         raise RuntimeError(f"the native CPU kernels are unavailable: {native_kernels.unavailable_reason()}")
-    counts = {"gdfn": 0, "gate": 0, "pointwise": 0, "linear": 0, "depthwise": 0, "scan": 0, "layernorm": 0}
+    counts = {"gdfn": 0, "gate": 0, "pointwise": 0, "linear": 0, "depthwise": 0, "scan": 0, "operator": 0, "layernorm": 0}
     block = native_kernels.lanes()
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
@@ -164,6 +167,9 @@ def to_native(model: nn.Module) -> dict[str, int]:
             if module.cpe.weight.shape[0] % block == 0:
                 module.fused_gate = True
                 counts["gate"] += 1
+        elif isinstance(module, _GalerkinLayer):
+            module.native = True
+            counts["operator"] += 1
         elif isinstance(module, LayerNorm2d):
             module.fused = True
             counts["layernorm"] += 1
