@@ -2,12 +2,13 @@
 
     python -m benchmarks.cpu.engines OUT.json [--threads 2] [--size 512] [--repeats 2]
         [--networks dgno-cell:3,dgno-face:3,dgno-cell:1,dgno-face:1] [--engines eager,native,onnxruntime]
-        [--allocators plain,huge] [--export] [--demo-results results] [--int8]
+        [--allocators plain,dgno] [--export] [--demo-results results] [--int8]
 
-Allocators: ``plain`` is PyTorch as installed; ``huge`` sets ``THP_MEM_ALLOC_ENABLE=1`` (transparent huge
-pages for torch's CPU allocations), as ``dgno`` commands and workflow jobs do
-(``dgno.workflow.jobenv.HUGE_PAGES``).  Torch reads that variable once at start, so each network is timed
-in one child process per allocator, one after the other in this run; every row records its allocator.
+Allocators: ``plain`` is PyTorch as installed; ``dgno`` is what ``dgno`` commands and workflow jobs run with
+(``dgno.workflow.jobenv``): ``THP_MEM_ALLOC_ENABLE=1`` (transparent huge pages for torch's CPU allocations)
+and glibc's malloc keeping freed memory for reuse (``GLIBC_TUNABLES``).  Both are read at a process's
+start, so each network is timed in one child process per allocator, one after the other in this run;
+every row records its allocator.
 
 * ``speed``: per network (paper scale, random weights; ``name:channels``, RGB = the 3DHistech networks,
   1 channel = BBBC006) and engine, the wall time of one forward pass over a ``size``² tile with ``threads``
@@ -80,7 +81,7 @@ def speed(name: str, channels: int, engine_names: list[str], *, size: int, repea
             "gflop": flops / 1e9, "gflops_per_s": gflops, "fraction_of_peak": gflops / peak if peak else None,
             "max_abs_vs_first_engine": float((y - reference).abs().max()), "load_average": load_average(),
         })  # fmt: skip
-        allocator = "huge" if os.environ.get(jobenv.HUGE_PAGES[0]) == jobenv.HUGE_PAGES[1] else "plain"
+        allocator = "dgno" if os.environ.get(jobenv.HUGE_PAGES[0]) == jobenv.HUGE_PAGES[1] else "plain"
         print(f"{name}:{channels} {chosen.name:12s} {allocator:5s} {timing.best:7.2f} s  {rows[-1]['s_per_megapixel']:7.1f} s/MP  {gflops:6.1f} GFLOP/s", flush=True)
     eager = next((r["best_s"] for r in rows if r["engine"] == "eager"), None)
     for r in rows:
@@ -102,9 +103,10 @@ def export_cost(name: str, channels: int, *, size: int) -> dict[str, Any]:
 
 def timed_in_child(spec: str, args: argparse.Namespace, allocator: str) -> list[dict[str, Any]]:
     """The speed rows of one network (``name:channels``) from a child process with ``allocator``'s setting."""
-    env = {k: v for k, v in os.environ.items() if k != jobenv.HUGE_PAGES[0]}
-    if allocator == "huge":
-        env[jobenv.HUGE_PAGES[0]] = jobenv.HUGE_PAGES[1]
+    settings = dict([jobenv.HUGE_PAGES, jobenv.HEAP_TUNABLES])
+    env = {k: v for k, v in os.environ.items() if k not in settings}
+    if allocator == "dgno":
+        env.update(settings)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rows.json"
         command = [sys.executable, "-m", "benchmarks.cpu.engines", str(out), "--child", "--networks", spec, "--engines", args.engines,
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--networks", default=DEFAULT_NETWORKS)
     p.add_argument("--engines", default=DEFAULT_ENGINES)
-    p.add_argument("--allocators", default="plain,huge", help="plain, huge or both (each in its own child process)")
+    p.add_argument("--allocators", default="plain,dgno", help="plain, dgno or both (each in its own child process)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # time in this process, as it was started
     p.add_argument("--export", action="store_true")
     p.add_argument("--demo-results", type=Path)
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [e for e in args.engines.split(",") if e]
     peak = cpu_peak(args.threads)
     out: dict[str, Any] = {"benchmark": "engines_cpu", "threads": args.threads, "size": args.size, "peak": peak,
-                           "allocators": {"plain": "PyTorch's allocator as installed", "huge": "=".join(jobenv.HUGE_PAGES)},
+                           "allocators": {"plain": "PyTorch's allocator as installed", "dgno": " ".join("=".join(kv) for kv in (jobenv.HUGE_PAGES, jobenv.HEAP_TUNABLES))},
                            "provenance": provenance.collect("cpu"), "load_average_start": load_average(), "speed": []}  # fmt: skip
     for spec in args.networks.split(","):
         name, _, channels = spec.partition(":")

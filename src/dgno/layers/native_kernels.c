@@ -431,3 +431,51 @@ void dgno_dg_apply_f32(const float *restrict q, const float *restrict K, const f
                 }
         }
 }
+
+/* C (rows × N, row stride N) = A (rows × K, row stride lda) · Wᵀ for one run of rows: dgno_gemm_f32's blocks. */
+static void gemm_rows(const float *A, int64_t lda, const float *Wp, float *C, int64_t N, int64_t K, int64_t rows)
+{
+    for (int64_t i = 0; i < rows; i += ROWS)
+        for (int64_t p = 0; p < N; p += PANEL)
+            gemm_block(A, lda, Wp + (p / PANEL) * K * PANEL, 0, C, N, K, i, rows - i < ROWS ? rows - i : ROWS, p);
+}
+
+/* Restormer's GDFN on rows [y0, y1) of one image:  out = W_out (GELU(a) ⊙ b),  [a, b] = DWConv_k×k(W_in x).
+ *
+ * x and out are channels-last (H, W, C); W_in (2h' × C) and W_out (C × h') packed as for dgno_gemm_f32, the
+ * depth-wise weights w_dw (k·k, 2h'), h' a multiple of LANES.  The hidden map (2h' channels, five times the
+ * input) is never written out: its rows are made one at a time into a ring of k rows, and each output row
+ * is convolved, gated and projected while they are in cache.  scratch: k·W·2h' + W·h' + 2h' floats. */
+void dgno_gdfn_f32(const float *restrict x, const float *restrict w_in, const float *restrict w_dw, const float *restrict w_out,
+                   float *restrict out, float *restrict scratch, int64_t H, int64_t W, int64_t C, int64_t hid, int64_t k,
+                   int64_t y0, int64_t y1)
+{
+    const int64_t r = k / 2, c2 = 2 * hid;
+    float *ring = scratch, *gated = scratch + k * W * c2, *conv = gated + W * hid;
+    int64_t next = y0 - r > 0 ? y0 - r : 0; /* the next hidden row to make */
+    for (int64_t y = y0; y < y1; y++) {
+        for (; next <= y + r && next < H; next++)
+            gemm_rows(x + next * W * C, C, w_in, ring + (next % k) * W * c2, c2, C, W);
+        for (int64_t xx = 0; xx < W; xx++) {
+            for (int64_t c = 0; c < c2; c++)
+                conv[c] = 0.0f;
+            for (int64_t i = 0; i < k; i++) {
+                const int64_t yi = y + i - r;
+                if (yi < 0 || yi >= H)
+                    continue;
+                const float *row = ring + (yi % k) * W * c2;
+                for (int64_t j = 0; j < k; j++) {
+                    const int64_t xj = xx + j - r;
+                    if (xj < 0 || xj >= W)
+                        continue;
+                    const float *restrict src = row + xj * c2, *restrict wt = w_dw + (i * k + j) * c2;
+                    for (int64_t c = 0; c < c2; c++)
+                        conv[c] += wt[c] * src[c];
+                }
+            }
+            for (int64_t c = 0; c < hid; c += LANES)
+                store(gated + xx * hid + c, gate_block(conv, 0, c, hid, GATE_GELU));
+        }
+        gemm_rows(gated, hid, w_out, out + y * W * C, C, hid, W);
+    }
+}

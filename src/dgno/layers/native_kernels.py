@@ -98,6 +98,8 @@ def _build() -> tuple[ctypes.CDLL | None, str]:
     lib.dgno_dg_cut_f32.restype = None
     lib.dgno_dg_apply_f32.argtypes = [ptr] * 4 + [i64] * 8
     lib.dgno_dg_apply_f32.restype = None
+    lib.dgno_gdfn_f32.argtypes = [ptr] * 6 + [i64] * 7
+    lib.dgno_gdfn_f32.restype = None
     return lib, ""
 
 
@@ -347,6 +349,31 @@ def dg_apply(q: Tensor, op: Tensor, x: Tensor) -> Tensor:
         lib.dgno_dg_apply_f32(q[i].data_ptr(), op[i].data_ptr(), xt[i].data_ptr(), out[i].data_ptr(), h, w, c, heads, p1, p2, r0, r1)
 
     _run_jobs(run, _element_rows(b, nh))
+    return out.permute(0, 3, 1, 2)
+
+
+def gdfn(x: Tensor, w_in: Tensor, w_dw: Tensor, w_out: Tensor, hidden: int) -> Tensor:
+    """Restormer's GDFN, W_out(GELU(a) ⊙ b) with [a, b] = DWConv(W_in x), in one compiled pass per band of
+    rows (the hidden map, five times the input, stays in cache): x (B, C, H, W) (channels-last: no copy);
+    w_in and w_out packed by :func:`pack_linear` ((2h')-by-C and C-by-h'), w_dw (2h', 1, k, k), h' =
+    ``hidden`` a multiple of :func:`lanes`.  Returns a channels-last (B, C, H, W) tensor."""
+    lib = _lib()
+    b, c, h, w = x.shape
+    k = w_dw.shape[-1]
+    xt = x.permute(0, 2, 3, 1).contiguous()
+    wt = w_dw.reshape(2 * hidden, k * k).t().contiguous()  # (k·k, 2h')
+    out = torch.empty_like(xt)
+    threads = torch.get_num_threads()
+    rows = -(-h // max(1, -(-threads // b)))
+    jobs = [(i, y0, min(h, y0 + rows)) for i in range(b) for y0 in range(0, h, rows)]
+
+    def run(job: tuple[int, int, int]) -> None:
+        i, y0, y1 = job
+        scratch = torch.empty(k * w * 2 * hidden + w * hidden + 2 * hidden)
+        lib.dgno_gdfn_f32(xt[i].data_ptr(), w_in.data_ptr(), wt.data_ptr(), w_out.data_ptr(), out[i].data_ptr(), scratch.data_ptr(),
+                          h, w, c, hidden, k, y0, y1)  # fmt: skip
+
+    _run_jobs(run, jobs)
     return out.permute(0, 3, 1, 2)
 
 

@@ -76,8 +76,8 @@ class NativeDepthwise(nn.Module):
 
 
 class NativeGDFN(nn.Module):
-    """Restormer's GDFN, W_out(GELU(a) ⊙ b) with [a, b] = DWConv3×3(W_in x), as two matrix products around one
-    fused depth-wise-and-gate kernel; (B, dim, H, W) → channels-last (B, dim, H, W).
+    """Restormer's GDFN, W_out(GELU(a) ⊙ b) with [a, b] = DWConv3×3(W_in x), as one compiled pass over bands of
+    rows (``native_kernels.gdfn``); (B, dim, H, W) → channels-last (B, dim, H, W).
 
     The hidden width h is padded to h' (a multiple of 16): W_in gains zero rows after a's and after b's h
     outputs, the depth-wise weights zeros, W_out zero columns.  A padded channel is then 0 in a and b,
@@ -102,9 +102,8 @@ class NativeGDFN(nn.Module):
         self.project_out = PackedLinear(F.pad(w_out, (0, padded - hidden)), None)  # (dim, h')
 
     def forward(self, x: Tensor) -> Tensor:
-        hidden = self.project_in(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)  # (B, 2h', H, W) channels-last
-        gated = native_kernels.depthwise_conv_native(hidden, self.w_dw, None, "gelu")  # (B, h', H, W)
-        return self.project_out(gated.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        hidden = self.project_out.weight.shape[1]  # h'
+        return native_kernels.gdfn(x, self.project_in.packed, self.w_dw, self.project_out.packed, hidden)
 
 
 def is_pointwise(conv: nn.Module) -> bool:
