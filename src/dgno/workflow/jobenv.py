@@ -17,14 +17,15 @@ import os
 # at torch's first allocation, so it must be in the environment before torch loads). A network's activations
 # are tens of MB each, allocated and freed at every layer: with 4 KB pages the kernel faulted and zeroed 2.7
 # million pages per 512² forward pass of the paper's DGNO-Cell, 10 of its 17 s on 2 cores; with huge pages
-# 0.12 million and 11 s (eager PyTorch: 28 s → 18 s). benchmarks/results/engines_cpu.json.
+# 0.12 million and 11 s (measured 2026-11-28, before the native engine's later kernels).
 HUGE_PAGES = ("THP_MEM_ALLOC_ENABLE", "1")
 
 # glibc's malloc hands blocks over 32 MB (every activation of a 512² tile) to mmap and back to the kernel at
 # free, so each layer's output is faulted in and zeroed anew, even with huge pages: 7.8 s of system time
-# in one 512² native pass on 2 cores.  Served from malloc's own heap and kept there when freed, the same
-# blocks are reused from the second pass on: 2.1 s, and the pass 20 % faster (benchmarks/results/
-# engines_cpu.json, allocator "dgno"), at the price of a process keeping its peak heap until it exits.
+# in one 512² native pass of DGNO-Cell on 2 cores.  Served from malloc's own heap and kept there when
+# freed, the same blocks are reused from the second pass on: 2.1 s, and the pass 20 % faster (both
+# settings together: 36.2 → 27.0 s per megapixel, benchmarks/results/engines_cpu.json, allocators "plain"
+# and "dgno"), at the price of a process keeping its peak heap until it exits.
 # Read by glibc at a process's start; a running process calls :func:`keep_freed_memory` instead.
 HEAP_TUNABLES = ("GLIBC_TUNABLES", "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1099511627776")
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # mallopt's parameters (malloc.h)
