@@ -9,13 +9,13 @@ min_version("9.0")
 
 # This checkout's dgno, for Snakemake itself and (dgno.workflow.jobenv) for every job, whichever
 # environment runs it: the --sdm conda envs hold only the dependencies, a shared venv may hold an
-# older install. And huge pages for the jobs' torch (jobenv.HUGE_PAGES: network passes 1.5x faster on a CPU).
+# older install. And the allocator settings for the jobs' torch (huge pages, freed memory kept: jobenv).
 SRC = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, SRC)
-from dgno.workflow.jobenv import export_huge_pages, export_source_path
+from dgno.workflow.jobenv import export_allocator_settings, export_source_path
 
 export_source_path(SRC)
-export_huge_pages()
+export_allocator_settings()
 
 
 # A --configfile replaces the demo config instead of being merged into it (Snakemake would

@@ -35,6 +35,62 @@ def test_depthwise_kernel_matches_conv2d(channels, k, bias, channels_last):
     assert out.is_contiguous(memory_format=torch.channels_last)
 
 
+@needs_kernels
+@pytest.mark.parametrize("gate", ["gelu", "sigmoid"])
+def test_gated_depthwise_kernel_matches_its_torch_form(gate):
+    """The convolution and the gate after it in one pass: GDFN's GELU(a) ⊙ b, the ASSM's x ⊙ σ(conv)."""
+    g = torch.Generator().manual_seed(3)
+    c = 4 * native_kernels.lanes()
+    x = 3 * torch.randn(2, c, 7, 11, generator=g)
+    w, b = torch.randn(c, 1, 3, 3, generator=g), torch.randn(c, generator=g)
+    conv = F.conv2d(x, w, b, padding=1, groups=c)
+    if gate == "gelu":
+        a, v = conv.chunk(2, dim=1)
+        expected = F.gelu(a) * v
+    else:
+        expected = x * torch.sigmoid(conv)
+    out = native_kernels.depthwise_conv_native(x, w, b, gate)
+    torch.testing.assert_close(out, expected, atol=1e-5 * float(expected.abs().max()), rtol=1e-5)
+    with pytest.raises(ValueError, match="multiples"):
+        native_kernels.depthwise_conv_native(x[:, :-1], w[:-1], b[:-1], gate)
+
+
+@needs_kernels
+def test_native_assm_block_keeps_the_function():
+    """A paper-shaped ASSM block (hidden widths that are and are not whole vector blocks): the fused
+    positional gate and the GDFN with zero-padded hidden channels compute the eager block."""
+    from dgno.layers.mambair import ASSMBlock
+
+    torch.manual_seed(0)
+    for dim in (2 * native_kernels.lanes(), 9):
+        block = torch.nn.Sequential(ASSMBlock(dim=dim)).eval()
+        native = copy.deepcopy(block)
+        counts = native_modules.to_native(native)
+        assert counts["gdfn"] == 1 and counts["gate"] == (dim == 2 * native_kernels.lanes())
+        x = torch.randn(1, dim, 12, 20)
+        with torch.no_grad():
+            torch.testing.assert_close(native(x), block(x), atol=1e-4, rtol=0)
+
+
+@needs_kernels
+@pytest.mark.parametrize("m,k,n,bias", [(1000, 48, 254, False), (37, 96, 22, True), (5, 7, 3, True), (64, 200, 64, False)])
+def test_packed_linear_matches_torch(m, k, n, bias):
+    """The compiled matrix product: any row count (not whole 6-row blocks), output width (not whole panels)
+    and depth, with and without bias, on token rows and on a channels-last map's pixels."""
+    g = torch.Generator().manual_seed(m + k + n)
+    w = torch.randn(n, k, generator=g)
+    b = torch.randn(n, generator=g) if bias else None
+    layer = native_modules.PackedLinear(w, b)
+    x = torch.randn(2, m, k, generator=g)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), F.linear(x, w, b), atol=1e-5, rtol=1e-5)
+        conv = torch.nn.Conv2d(k, n, 1, bias=bias)
+        image = torch.randn(1, k, 3, m, generator=g).contiguous(memory_format=torch.channels_last)
+        torch.testing.assert_close(native_modules.PointwiseLinear(conv)(image), conv(image), atol=1e-5, rtol=1e-5)
+        strided = x.transpose(1, 2).contiguous().transpose(1, 2)  # rows not contiguous: copied first
+        torch.testing.assert_close(layer(strided), F.linear(strided, w, b), atol=1e-5, rtol=1e-5)
+
+
 def test_kernels_without_a_compiler_say_why(monkeypatch, tmp_path):
     """No compiler: the kernels are unavailable with the reason, and nothing half-built stays in the cache."""
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import dgno.layers.selective_scan as ss
 from dgno.layers.blocks import make_encoder_block
@@ -33,15 +34,16 @@ def test_eval_mode_is_deterministic(block):
 
 
 def test_training_mode_samples_routes(block):
-    """Training routes by a hard Gumbel-softmax: one-hot rows, and not always the argmax."""
+    """Training routes by a hard Gumbel-softmax: one-hot rows, and not always the argmax; eval has no one-hot."""
     x = torch.randn(1, 40, 12)
     assm = block.assm.train()
-    routes = assm.routes(x)
-    assert torch.equal(routes.sum(-1), torch.ones(1, 40))
+    route, one_hot = assm.routes(x)
+    assert torch.equal(one_hot.sum(-1), torch.ones(1, 40)) and torch.equal(one_hot.argmax(-1), route)
     assm.eval()
-    argmax = assm.routes(x)
+    argmax, none = assm.routes(x)
+    assert none is None and argmax.shape == (1, 40)
     assm.train()
-    assert any(not torch.equal(assm.routes(x), argmax) for _ in range(5))
+    assert any(not torch.equal(assm.routes(x)[0], argmax) for _ in range(5))
 
 
 def test_gradients_reach_every_parameter(block):
@@ -87,7 +89,7 @@ def test_tokens_are_scanned_in_route_order(monkeypatch):
     monkeypatch.setattr(assm, "_scan", spy)
     with torch.no_grad():
         y = assm(x, (2, 5))
-        routes = assm.routes(x)[0]  # (L, num_tokens)
+        routes = F.one_hot(assm.routes(x)[0][0], assm.prompt_codes.shape[0]).float()  # (L, num_tokens)
         v = assm.in_proj(x.transpose(1, 2).reshape(1, 6, 2, 5))
         v = (v * torch.sigmoid(assm.cpe(v))).flatten(2).transpose(1, 2)  # (1, L, hidden)
         prompt = routes @ (assm.prompt_codes @ assm.prompt_basis)  # (L, N)

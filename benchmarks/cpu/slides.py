@@ -1,6 +1,7 @@
 """Whole-slide restoration on this machine: time per megapixel at paper scale, and peak memory against slide area.
 
-Usage: THP_MEM_ALLOC_ENABLE=1 python -m benchmarks.cpu.slides cpu    [--threads 2] [--side 1024] [--out benchmarks/results/slides_cpu.json]
+Usage: THP_MEM_ALLOC_ENABLE=1 GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1099511627776 \
+       python -m benchmarks.cpu.slides cpu    [--threads 2] [--side 1024] [--out benchmarks/results/slides_cpu.json]
        python -m benchmarks.cpu.slides memory [--sides 1024 2048 4096] [--out benchmarks/results/slides_memory.json]
 
 ``cpu``: the authors' 3DHistech network (DGNO-Cell, 3 channels, paper scale, 12.8 M parameters; random
@@ -90,8 +91,9 @@ def bench_cpu(args: argparse.Namespace) -> dict:
             "seconds_per_megapixel", "peak_memory_mb", "tile", "overlap", "blend", "batch", "device")  # fmt: skip
     result = {k: summary[k] for k in keys}
     result["seconds_per_tile_network"] = summary["seconds_network"] / max(summary["tiles_computed"], 1)
-    huge_pages = os.environ.get(jobenv.HUGE_PAGES[0])  # as the process was started (dgno deblur-slide sets it)
-    return {"kind": "cpu", "side": args.side, "threads": args.threads, "scale": args.scale, "engine": summary.get("engine"), "huge_pages": huge_pages, **result, "load_before": before, "load_after": machine(), "provenance": summary["provenance"]}
+    # as the process was started (dgno deblur-slide runs with both: dgno.workflow.jobenv)
+    allocator = {k: os.environ.get(k) for k, _ in (jobenv.HUGE_PAGES, jobenv.HEAP_TUNABLES)}
+    return {"kind": "cpu", "side": args.side, "threads": args.threads, "scale": args.scale, "engine": summary.get("engine"), "allocator": allocator, **result, "load_before": before, "load_after": machine(), "provenance": summary["provenance"]}
 
 
 MEMORY_CHILD = r"""

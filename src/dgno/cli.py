@@ -55,6 +55,7 @@ def _run_command(args: argparse.Namespace) -> int:
     if args.command in PASSIVE_THREAD_COMMANDS:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault(*jobenv.HUGE_PAGES)  # read once, at torch's first allocation
+    jobenv.keep_freed_memory()  # large tensors reuse freed heap instead of being faulted in anew
     with quiet_start():  # Ctrl-C while torch loads: exit at once (dgno.interrupts)
         from dgno import commands  # torch and matplotlib take seconds to import: only when a command needs them
 

@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dgno.layers import native_kernels
 from dgno.layers.selective_scan import BACKENDS, Backend, selective_scan
 
 Routing = Literal["argmax", "gumbel"]
@@ -97,6 +98,7 @@ class ASSM(nn.Module):
             raise ValueError(f"ASSM needs dim >= 3 (its router has dim // 3 hidden units), got {dim}")
         hidden = int(dim * expand)
         self.d_state, self.scan_backend = d_state, scan_backend
+        self.fused_gate = False  # the positional gate by the compiled CPU kernel: a runtime choice, as scan_backend
         # eval-mode routing, a runtime choice like scan_backend (not part of the weights or the spec)
         self.routing: Routing = "argmax"
         self.gumbel: GumbelNoise | None = None
@@ -122,42 +124,52 @@ class ASSM(nn.Module):
     def forward(self, x: Tensor, size: tuple[int, int]) -> Tensor:
         b, L, _ = x.shape
         h, w = size
-        one_hot = self.routes(x)  # (B, L, num_tokens), one-hot
-        prompt = one_hot @ (self.prompt_codes @ self.prompt_basis)  # (B, L, N)
+        route, one_hot = self.routes(x)  # (B, L) route of every token; (B, L, num_tokens) one-hot when training
+        dictionary = self.prompt_codes @ self.prompt_basis  # (num_tokens, N)
+        # each token's prompt is its route's row of the dictionary; in training through the one-hot, so the
+        # router learns through the prompt (the product picks the same row: 1·row + 0·others, exact)
+        prompt = dictionary[route] if one_hot is None else one_hot @ dictionary  # (B, L, N)
         # semantic-guided neighbouring: stable sort by route, scan, unsort.  The keys route·L + position are
         # unique, so any sort orders them as a stable sort of the routes would (ties in raster order); an
         # exporter then needs no stable sort, which ONNX lacks.
         positions = torch.arange(L, device=x.device)
-        order = (one_hot.detach().argmax(-1) * L + positions).argsort(dim=-1)  # (B, L)
+        order = (route * L + positions).argsort(dim=-1)  # (B, L)
         inverse = torch.empty_like(order).scatter_(1, order, positions.expand(b, L))
 
         v = self.in_proj(x.transpose(1, 2).reshape(b, -1, h, w))  # (B, hidden, H, W)
-        v = (v * torch.sigmoid(self.cpe(v))).flatten(2).transpose(1, 2)  # (B, L, hidden), token-major
+        v = self.positional_gate(v).flatten(2).transpose(1, 2)  # (B, L, hidden), token-major
         v = _take_rows(v, order)
         y = self._scan(v, prompt)  # (B, L, hidden), sorted order; prompt in raster order
         y = self.out_proj(self.out_norm(y))  # (B, L, dim)
         return _take_rows(y, inverse)
 
-    def routes(self, x: Tensor) -> Tensor:
-        """One-hot route of every token, (B, L, num_tokens).
+    def positional_gate(self, v: Tensor) -> Tensor:
+        """v ⊙ σ(DWConv3×3(v)), (B, hidden, H, W); with ``fused_gate`` in one pass of the compiled CPU kernel
+        (``dgno.layers.native_modules`` sets it; inference only)."""
+        if self.fused_gate:
+            return native_kernels.depthwise_conv_native(v, self.cpe.weight, self.cpe.bias, "sigmoid")
+        return v * torch.sigmoid(self.cpe(v))
+
+    def routes(self, x: Tensor) -> tuple[Tensor, Tensor | None]:
+        """The route of every token (B, L), and in training its one-hot (B, L, num_tokens), else None.
 
         Training: hard Gumbel-softmax of the router's log-probabilities (straight-through, so the
         router learns through the prompt).  Eval: the argmax, deterministic; with ``routing ==
         "gumbel"`` the argmax of log-probabilities + seeded Gumbel noise, which is the forward value
-        of the authors' eval-time ``gumbel_softmax(logits, tau=1, hard=True, dim=-1)``.
+        of the authors' eval-time ``gumbel_softmax(logits, tau=1, hard=True, dim=-1)``.  Eval needs no
+        one-hot: the prompt is a row of the dictionary (a (B, L, num_tokens) map less to write and read).
         """
         logits = F.log_softmax(self.route(x), dim=-1)
         if self.training:
-            return F.gumbel_softmax(logits, hard=True, dim=-1)
+            one_hot = F.gumbel_softmax(logits, hard=True, dim=-1)
+            return one_hot.detach().argmax(-1), one_hot
         if self.routing == "gumbel":
             if self.gumbel is None:
                 raise RuntimeError("ASSM routing is 'gumbel' but no noise generator is set; use dgno.models.routing.set_routing(model, 'gumbel', seed=...)")
             if logits.is_cuda and torch.cuda.is_current_stream_capturing():
                 raise RuntimeError("Gumbel routing cannot run inside a CUDA graph (every replay would reuse one draw); evaluate without CUDA graphs")
             logits = logits + self.gumbel.sample(logits)
-        # one-hot by scatter: F.one_hot checks its indices on the host, a GPU sync that would
-        # stop CUDA-graph capture of the forward pass (dgno.inference.cuda_graphs)
-        return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+        return logits.argmax(-1), None
 
     def _scan(self, v: Tensor, prompt: Tensor) -> Tensor:
         """S6 over the tokens v (B, L, hidden) with C ← C + prompt (B, L, N); returns (B, L, hidden).

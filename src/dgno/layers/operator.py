@@ -30,6 +30,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from dgno.choices import check_choice
+from dgno.layers import native_kernels
 from dgno.layers.blocks import at_least_fp32, full_precision, pad_to_multiple
 from dgno.layers.flux import BOUNDARIES, FLUXES, PENALTY_FLUXES, BoundaryName, FluxName, interface_fluxes
 
@@ -130,6 +131,10 @@ class _ContiguousGrad(torch.autograd.Function):
 class _GalerkinLayer(nn.Module, ABC):
     """Shared parts: QKV projection, per-head norms, pointwise MLP, element (un)folding."""
 
+    # True: the element cut (with the K and V norms) and Q K_e back onto the map run the compiled CPU
+    # kernels (float32, channels-last, inference); set by dgno.layers.native_modules, a runtime choice.
+    native = False
+
     def __init__(self, *, dim: int, heads: int) -> None:
         super().__init__()
         if dim % heads:
@@ -146,6 +151,9 @@ class _GalerkinLayer(nn.Module, ABC):
         Samples stay last (d before p1, p2): the cut then copies runs of p2 contiguous
         pixels, and faces are plain row/column slices.
         """
+        if self.native:
+            norms = [(n.weight, n.bias, n.eps) for n in (self.k_norm, self.v_norm)]
+            return native_kernels.dg_cut(self.qkv(x), self.heads, p1, p2, *norms)
         q, k, v = self.qkv(x).chunk(3, dim=1)  # 3 × (B, C, H, W)
         pattern = "b (h d) (nh p1) (nw p2) -> b nh nw h d p1 p2"
         q, k, v = (rearrange(t, pattern, h=self.heads, p1=p1, p2=p2).contiguous() for t in (q, k, v))
@@ -167,6 +175,8 @@ class _GalerkinLayer(nn.Module, ABC):
         Q K_e in float32 (``full_precision``): the operator matrices are d×d with d = C/heads ≤ 12, so
         float32 costs little there. The MLP runs in x's dtype (bf16 under autocast).
         """
+        if self.native:
+            return x + self.mlp(native_kernels.dg_apply(q, op, x))
         with full_precision(x):
             qk = self._query_times(q, op)
         return x + self.mlp(x + qk.to(x.dtype))
