@@ -147,7 +147,7 @@ class ASSM(nn.Module):
         """v ⊙ σ(DWConv3×3(v)), (B, hidden, H, W); with ``fused_gate`` in one pass of the compiled CPU kernel
         (``dgno.layers.native_modules`` sets it; inference only)."""
         if self.fused_gate:
-            return native_kernels.depthwise_conv_native(v, self.cpe.weight, self.cpe.bias, "sigmoid")
+            return native_kernels.depthwise_conv_native(v, self.cpe.weight, self.cpe.bias, sigmoid_gate=True)
         return v * torch.sigmoid(self.cpe(v))
 
     def routes(self, x: Tensor) -> tuple[Tensor, Tensor | None]:

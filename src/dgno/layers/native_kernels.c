@@ -250,40 +250,29 @@ static inline vf verf(vf x)
     return (vf)((neg & (vi)(-e)) | (~neg & (vi)e));
 }
 
-/* The gates that follow a depth-wise convolution in this network's blocks (GATE_* of dgno_depthwise_gate_f32). */
-enum { GATE_NONE = 0, GATE_GELU = 1, GATE_SIGMOID = 2 };
-
-/* One pixel's gate on the LANES channels at c: conv holds the pixel's convolved channels, x its input. */
-static inline vf gate_block(const float *conv, const float *x, int64_t c, int64_t half, int gate)
+/* Restormer's GDFN gate on the LANES channels at c of one pixel: GELU(a) ⊙ b, a = conv[:half], b = conv[half:]. */
+static inline vf gelu_gate(const float *conv, int64_t c, int64_t half)
 {
-    const vf v = load(conv + c);
-    if (gate == GATE_GELU) /* Restormer's GDFN: GELU(a) ⊙ b, a the first half of the channels, b the second */
-        return 0.5f * v * (1.0f + verf(v * 0.70710678118654752f)) * load(conv + half + c);
-    if (gate == GATE_SIGMOID) /* the ASSM's positional gate: x ⊙ σ(conv) */
-        return load(x + c) / (1.0f + vexp(-v));
-    return v;
+    const vf a = load(conv + c);
+    return 0.5f * a * (1.0f + verf(a * 0.70710678118654752f)) * load(conv + half + c);
 }
 
-/* A depth-wise k×k convolution (as dgno_depthwise_f32, C channels in and padded to a multiple of LANES by
- * the caller) followed by its gate, rows [y0, y1) of one image; the convolved pixel stays in `row` (C floats,
- * the caller's scratch), so the map before the gate is never written out.
- *   GATE_NONE:    out (H, W, C)   = conv
- *   GATE_GELU:    out (H, W, C/2) = GELU(conv[:C/2]) ⊙ conv[C/2:]      (C/2 a multiple of LANES)
- *   GATE_SIGMOID: out (H, W, C)   = x ⊙ σ(conv)
- * Returns 0, or 2 when a channel count is not a multiple of LANES. */
-int dgno_depthwise_gate_f32(const float *restrict x, const float *restrict w, const float *restrict bias,
-                            float *restrict out, float *restrict row, int64_t H, int64_t W, int64_t C, int64_t k,
-                            int gate, int64_t y0, int64_t y1)
+/* A depth-wise k×k convolution (as dgno_depthwise_f32, C channels, a multiple of LANES) followed by the ASSM's
+ * positional gate, out (H, W, C) = x ⊙ σ(conv), rows [y0, y1) of one image; the convolved pixel stays in `row`
+ * (C floats, the caller's scratch), so the map before the gate is never written out.
+ * Returns 0, or 2 when C is not a multiple of LANES. */
+int dgno_depthwise_sigmoid_f32(const float *restrict x, const float *restrict w, const float *restrict bias,
+                               float *restrict out, float *restrict row, int64_t H, int64_t W, int64_t C, int64_t k,
+                               int64_t y0, int64_t y1)
 {
-    const int64_t half = C / 2, cout = gate == GATE_GELU ? half : C;
-    if (C % LANES || cout % LANES)
+    if (C % LANES)
         return 2;
     for (int64_t y = y0; y < y1; y++)
         for (int64_t xx = 0; xx < W; xx++) {
             const int64_t pixel = y * W + xx;
             depthwise_pixel(x, w, bias, row, H, W, C, k, y, xx);
-            for (int64_t c = 0; c < cout; c += LANES)
-                store(out + pixel * cout + c, gate_block(row, x + pixel * C, c, half, gate));
+            for (int64_t c = 0; c < C; c += LANES)
+                store(out + pixel * C + c, load(x + pixel * C + c) / (1.0f + vexp(-load(row + c))));
         }
     return 0;
 }
@@ -474,7 +463,7 @@ void dgno_gdfn_f32(const float *restrict x, const float *restrict w_in, const fl
                 }
             }
             for (int64_t c = 0; c < hid; c += LANES)
-                store(gated + xx * hid + c, gate_block(conv, 0, c, hid, GATE_GELU));
+                store(gated + xx * hid + c, gelu_gate(conv, c, hid));
         }
         gemm_rows(gated, hid, w_out, out + y * W * C, C, hid, W);
     }

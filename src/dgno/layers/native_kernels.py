@@ -88,8 +88,8 @@ def _build() -> tuple[ctypes.CDLL | None, str]:
     lib.dgno_scan_f32.restype = ctypes.c_int
     lib.dgno_depthwise_f32.argtypes = [ptr] * 4 + [i64] * 6
     lib.dgno_depthwise_f32.restype = None
-    lib.dgno_depthwise_gate_f32.argtypes = [ptr] * 5 + [i64] * 4 + [ctypes.c_int] + [i64] * 2
-    lib.dgno_depthwise_gate_f32.restype = ctypes.c_int
+    lib.dgno_depthwise_sigmoid_f32.argtypes = [ptr] * 5 + [i64] * 6
+    lib.dgno_depthwise_sigmoid_f32.restype = ctypes.c_int
     lib.dgno_lanes.argtypes, lib.dgno_lanes.restype = [], ctypes.c_int
     lib.dgno_gemm_f32.argtypes = [ptr, i64, ptr, ptr, ptr] + [i64] * 4
     lib.dgno_gemm_f32.restype = None
@@ -106,9 +106,7 @@ def _build() -> tuple[ctypes.CDLL | None, str]:
 def lanes() -> int:
     """Channels per register block of the compiled scan (its LANES: 16 with AVX-512, else 8); the scan's
     channels are padded to a multiple of it."""
-    lib, why = _build()
-    if lib is None:
-        raise RuntimeError(f"the native scan kernel is unavailable: {why}")
+    lib = _lib()
     return int(lib.dgno_lanes())
 
 
@@ -154,9 +152,7 @@ def selective_scan_native(u, delta, A, B, C, D, delta_bias, delta_softplus: bool
     :func:`lanes` (padded channels have u = 0, so their state stays 0 and their output is dropped).  The work is
     split into equal channel ranges over ``torch.get_num_threads()`` threads.
     """
-    lib, why = _build()
-    if lib is None:
-        raise RuntimeError(f"the native scan kernel is unavailable: {why}")
+    lib = _lib()
     b, d, L = u.shape
     g, n = B.shape[1], B.shape[2]
     if n > MAX_STATE:
@@ -187,7 +183,7 @@ def selective_scan_native(u, delta, A, B, C, D, delta_bias, delta_softplus: bool
             L, dp, n, g, dp, g * n, c0, c1, int(delta_softplus),
         )  # fmt: skip
 
-    codes = list(_pool(torch.get_num_threads()).map(run, jobs)) if len(jobs) > 1 else [run(jobs[0])]
+    codes = _run_jobs(run, jobs)
     if any(codes):
         raise RuntimeError(f"the native scan kernel refused its arguments (code {max(codes)})")
     y = y.unflatten(-1, (g, per_group + pad))[..., :per_group].flatten(-2)  # (b, L, d)
@@ -203,45 +199,34 @@ def _split(batch: int, channels: int, threads: int, block: int) -> list[tuple[in
     return [(i, k * block, min(blocks, k + size) * block) for i in range(batch) for k in range(0, blocks, size)]
 
 
-GATES = {"none": 0, "gelu": 1, "sigmoid": 2}  # GATE_* of native_kernels.c
+def depthwise_conv_native(x: Tensor, weight: Tensor, bias: Tensor | None, *, sigmoid_gate: bool = False) -> Tensor:
+    """Depth-wise k×k convolution, stride 1, zero padding k // 2: x (B, C, H, W), weight (C, 1, k, k), bias (C,).
 
-
-def depthwise_conv_native(x: Tensor, weight: Tensor, bias: Tensor | None, gate: str = "none") -> Tensor:
-    """Depth-wise k×k convolution, stride 1, zero padding k // 2, then ``gate``: x (B, C, H, W), weight
-    (C, 1, k, k), bias (C,).
-
-    ``gate`` "none": the convolution, any C; "gelu": GELU(conv[:, :C/2]) ⊙ conv[:, C/2:] (C/2 channels out,
-    Restormer's gated feed-forward); "sigmoid": x ⊙ σ(conv) (the ASSM's positional gate).  The gated forms
-    never write the map before the gate, and need C (and C/2) to be multiples of :func:`lanes`.
-    Returns a channels-last tensor (a view of (B, H, W, C_out) memory); x is copied to that layout unless
-    it is in it.  The rows of every image are split over ``torch.get_num_threads()`` threads.
+    With ``sigmoid_gate``, x ⊙ σ(conv) (the ASSM's positional gate) in the same pass, the convolution never
+    written out; C must then be a multiple of :func:`lanes`.  Returns a channels-last (B, C, H, W) tensor (a
+    view of (B, H, W, C) memory); x is copied to that layout unless it is in it.  The rows of every image
+    are split over ``torch.get_num_threads()`` threads.
     """
-    lib, why = _build()
-    if lib is None:
-        raise RuntimeError(f"the native kernels are unavailable: {why}")
+    lib = _lib()
     b, c, h, w = x.shape
     k = weight.shape[-1]
-    c_out = c // 2 if gate == "gelu" else c
-    if gate != "none" and (c % lanes() or c_out % lanes()):
+    if sigmoid_gate and c % lanes():
         raise ValueError(f"the gated depth-wise kernel needs channels in multiples of {lanes()}, got {c}")
     xt = x.permute(0, 2, 3, 1).contiguous()  # (B, H, W, C): no copy when x is channels-last
     wt = weight.reshape(c, k * k).t().contiguous()  # (k·k, C)
     bt = None if bias is None else bias.contiguous()
-    out = xt.new_empty(b, h, w, c_out)
-    threads = torch.get_num_threads()
-    rows = -(-h // threads)
-    jobs = [(i, y0, min(h, y0 + rows)) for i in range(b) for y0 in range(0, h, rows)]
+    out = torch.empty_like(xt)
 
     def run(job: tuple[int, int, int]) -> int:
         i, y0, y1 = job
         args = (xt[i].data_ptr(), wt.data_ptr(), None if bt is None else bt.data_ptr(), out[i].data_ptr())
-        if gate == "none":
+        if not sigmoid_gate:
             lib.dgno_depthwise_f32(*args, h, w, c, k, y0, y1)
             return 0
         row = torch.empty(c)  # the kernel's scratch: one convolved pixel
-        return lib.dgno_depthwise_gate_f32(*args, row.data_ptr(), h, w, c, k, GATES[gate], y0, y1)
+        return lib.dgno_depthwise_sigmoid_f32(*args, row.data_ptr(), h, w, c, k, y0, y1)
 
-    codes = list(_pool(threads).map(run, jobs)) if len(jobs) > 1 else [run(jobs[0])]
+    codes = _run_jobs(run, _row_jobs(b, h))
     if any(codes):
         raise RuntimeError(f"the native depth-wise kernel refused its arguments (code {max(codes)})")
     return out.permute(0, 3, 1, 2)
@@ -249,9 +234,7 @@ def depthwise_conv_native(x: Tensor, weight: Tensor, bias: Tensor | None, gate: 
 
 def panel() -> int:
     """Output channels per panel of the compiled matrix product (its PANEL: two vector registers)."""
-    lib, why = _build()
-    if lib is None:
-        raise RuntimeError(f"the native kernels are unavailable: {why}")
+    lib = _lib()
     return int(lib.dgno_panel())
 
 
@@ -271,9 +254,7 @@ def linear_native(x: Tensor, packed: Tensor, bias: Tensor, n_out: int) -> Tensor
     """x (..., K) · Wᵀ + bias → (..., N) with the compiled kernel; ``packed`` and ``bias`` from
     :func:`pack_linear`.  x's last axis must be contiguous (channels-last maps, token rows); the rows
     are split over ``torch.get_num_threads()`` threads."""
-    lib, why = _build()
-    if lib is None:
-        raise RuntimeError(f"the native kernels are unavailable: {why}")
+    lib = _lib()
     k = x.shape[-1]
     a = x.reshape(-1, k)
     if a.stride(1) != 1 or (a.shape[0] > 1 and a.stride(0) < k):
@@ -287,25 +268,21 @@ def linear_native(x: Tensor, packed: Tensor, bias: Tensor, n_out: int) -> Tensor
     def run(job: tuple[int, int]) -> None:
         lib.dgno_gemm_f32(a.data_ptr(), a.stride(0), packed.data_ptr(), bias.data_ptr(), out.data_ptr(), n_out, k, *job)
 
-    if len(jobs) > 1:
-        list(_pool(threads).map(run, jobs))
-    else:
-        run(jobs[0])
+    _run_jobs(run, jobs)
     return out.view(*x.shape[:-1], n_out)
 
 
-def _element_rows(batch: int, rows: int) -> list[tuple[int, int, int]]:
-    """(image, r0, r1) jobs: every image's element rows in about ``torch.get_num_threads()`` equal ranges."""
+def _row_jobs(batch: int, rows: int) -> list[tuple[int, int, int]]:
+    """(image, r0, r1) jobs: every image's rows (of pixels, or of elements) in about ``torch.get_num_threads()``
+    equal ranges over the batch."""
     threads = torch.get_num_threads()
     size = -(-rows // max(1, -(-threads // batch)))
     return [(i, r0, min(rows, r0 + size)) for i in range(batch) for r0 in range(0, rows, size)]
 
 
-def _run_jobs(run, jobs: list) -> None:
-    if len(jobs) > 1:
-        list(_pool(torch.get_num_threads()).map(run, jobs))
-    else:
-        run(jobs[0])
+def _run_jobs(run, jobs: list) -> list:
+    """``run`` on every job, side by side on the kernel threads (one job runs here); the results in order."""
+    return list(_pool(torch.get_num_threads()).map(run, jobs)) if len(jobs) > 1 else [run(jobs[0])]
 
 
 def dg_cut(qkv: Tensor, heads: int, p1: int, p2: int, k_norm: tuple[Tensor, Tensor, float], v_norm: tuple[Tensor, Tensor, float]):
@@ -329,7 +306,7 @@ def dg_cut(qkv: Tensor, heads: int, p1: int, p2: int, k_norm: tuple[Tensor, Tens
         lib.dgno_dg_cut_f32(xt[i].data_ptr(), h, w, c, heads, p1, p2, kw.data_ptr(), kb.data_ptr(), vw.data_ptr(), vb.data_ptr(),
                             float(keps), q[i].data_ptr(), k[i].data_ptr(), v[i].data_ptr(), r0, r1)  # fmt: skip
 
-    _run_jobs(run, _element_rows(b, nh))
+    _run_jobs(run, _row_jobs(b, nh))
     return tuple(t.view(b, nh, nw, heads, d, p1, p2) for t in (q, k, v))
 
 
@@ -348,7 +325,7 @@ def dg_apply(q: Tensor, op: Tensor, x: Tensor) -> Tensor:
         i, r0, r1 = job
         lib.dgno_dg_apply_f32(q[i].data_ptr(), op[i].data_ptr(), xt[i].data_ptr(), out[i].data_ptr(), h, w, c, heads, p1, p2, r0, r1)
 
-    _run_jobs(run, _element_rows(b, nh))
+    _run_jobs(run, _row_jobs(b, nh))
     return out.permute(0, 3, 1, 2)
 
 
@@ -363,21 +340,18 @@ def gdfn(x: Tensor, w_in: Tensor, w_dw: Tensor, w_out: Tensor, hidden: int) -> T
     xt = x.permute(0, 2, 3, 1).contiguous()
     wt = w_dw.reshape(2 * hidden, k * k).t().contiguous()  # (k·k, 2h')
     out = torch.empty_like(xt)
-    threads = torch.get_num_threads()
-    rows = -(-h // max(1, -(-threads // b)))
-    jobs = [(i, y0, min(h, y0 + rows)) for i in range(b) for y0 in range(0, h, rows)]
-
     def run(job: tuple[int, int, int]) -> None:
         i, y0, y1 = job
         scratch = torch.empty(k * w * 2 * hidden + w * hidden + 2 * hidden)
         lib.dgno_gdfn_f32(xt[i].data_ptr(), w_in.data_ptr(), wt.data_ptr(), w_out.data_ptr(), out[i].data_ptr(), scratch.data_ptr(),
                           h, w, c, hidden, k, y0, y1)  # fmt: skip
 
-    _run_jobs(run, jobs)
+    _run_jobs(run, _row_jobs(b, h))
     return out.permute(0, 3, 1, 2)
 
 
 def _lib() -> ctypes.CDLL:
+    """The compiled library, or RuntimeError saying why it is unavailable."""
     lib, why = _build()
     if lib is None:
         raise RuntimeError(f"the native kernels are unavailable: {why}")
