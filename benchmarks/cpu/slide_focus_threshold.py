@@ -9,7 +9,9 @@ Gaussian of that σ (laid on the 256-px / 32-px tile grid of the tests), and its
 ``dgno deblur-slide`` scores them (dgno.slides.focus: tissue rule from the thumbnail, block focus scores
 over each tile's tissue) at focus downsample 1, 2 and 4. A tile is "blurred" when at least half of it lies
 in a blurred region. Recorded per (modality, σ, downsample): the share of blurred blocks of sharp and
-blurred tiles at the default margin, and precision / recall / F1 of the decision for margins 0.20 … 0.60.
+blurred tiles at the default margin, and precision / recall / F1 of the decision for margins 0.20 … 0.60
+(the margin is the one-channel measure's: brightfield slides get the learned measure, whose rule has no
+margin, so their rows repeat one decision).
 The default margin was chosen on real tissue (benchmarks/cpu/slide_focus_real.py); :func:`choose` gives
 the plateau of margins with the best worst-case F1 here, over both modalities for σ ≥ 2 px at downsample 1,
 to check that the default lies on it. Not a test: about three minutes.
@@ -49,12 +51,12 @@ def write(path: Path, modality: str, seed: int, sigma: float) -> None:
         write_slide(path, fluorescence_tissue(SHAPE, seed=seed, regions=regions(sigma)), layout="ome-tiff", mpp=0.65, channel_names=["DAPI", "Actin"])
 
 
-def score_tiles(path: Path, downsample: int) -> tuple[np.ndarray, np.ndarray]:
-    """(tissue shares, block focus scores) of one slide's tiles."""
+def score_tiles(path: Path, downsample: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """(tissue shares, cell focus scores, focus measure) of one slide's tiles."""
     with open_slide(path) as slide:
         grid = TileGrid.over(*slide.info.levels[0], tile=TILE, overlap=OVERLAP)
         a = fm.analyse(slide, 0, grid, channel=0, downsample=downsample)
-    return a.tissue, a.scores
+    return a.tissue, a.scores, a.measure
 
 
 def pr(found: np.ndarray, truth: np.ndarray, margin: float) -> dict:
@@ -64,8 +66,8 @@ def pr(found: np.ndarray, truth: np.ndarray, margin: float) -> dict:
     return {"margin": margin, "precision": precision, "recall": recall, "f1": 2 * precision * recall / max(precision + recall, 1e-12)}
 
 
-def _decided(tissue: np.ndarray, blocks: np.ndarray, margin: float) -> fm.Decisions:
-    return fm.decide(tissue, blocks, restore="blurry", min_tissue=fm.MIN_TISSUE, threshold=None, margin=margin)
+def _decided(tissue: np.ndarray, blocks: np.ndarray, margin: float, measure: str) -> fm.Decisions:
+    return fm.decide(tissue, blocks, restore="blurry", min_tissue=fm.MIN_TISSUE, threshold=None, margin=margin, measure=measure)
 
 
 def study(seeds: list[int], sigmas: list[float], folder: Path) -> dict:
@@ -76,13 +78,13 @@ def study(seeds: list[int], sigmas: list[float], folder: Path) -> dict:
                 path = folder / f"{modality}-{seed}-{sigma}.tif"
                 write(path, modality, seed, sigma)
                 for ds in (1, 2, 4):
-                    tissue, blocks = score_tiles(path, ds)
+                    tissue, blocks, measure = score_tiles(path, ds)
                     keep = tissue >= fm.MIN_TISSUE
                     with open_slide(path) as slide:
                         grid = TileGrid.over(*slide.info.levels[0], tile=TILE, overlap=OVERLAP)
                     truth = np.array([[blurred_share(regions(sigma), (y, x, TILE, TILE)) >= 0.5 for x in grid.xs] for y in grid.ys])[keep]
-                    found = {m: _decided(tissue, blocks, m).restored[keep] for m in MARGINS}
-                    shares = np.nan_to_num(_decided(tissue, blocks, fm.FOCUS_MARGIN).shares[keep], nan=0.0)
+                    found = {m: _decided(tissue, blocks, m, measure).restored[keep] for m in MARGINS}
+                    shares = np.nan_to_num(_decided(tissue, blocks, fm.FOCUS_MARGIN, measure).shares[keep], nan=0.0)
                     pooled.setdefault((modality, sigma, ds), []).append((truth, found, shares))
                 path.unlink()
     rows = []

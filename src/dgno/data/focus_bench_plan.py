@@ -14,6 +14,10 @@ holds (``dgno.data.focus_bench``):
   region across them), ``pen`` (ink strokes, one through a region), ``dense`` (nuclei-rich tumour);
 * ``check``: laid out as an independent check of the focus map was: two rectangles of tissue 600-700 px
   across, defocused by a disc then a Gaussian.
+
+:func:`training_slide` draws further slides of the dev sources alike, from seeds of their own, for the
+learned focus measure (``dgno.slides.focus_training``): σ log-uniform over 0.7-4.5 px and any PSF kind
+per region, so the network sees the mild defocus the benchmark starts at as often as the strong.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ from dgno.data.focus_bench import BLUR_KINDS, SHAPES, Area, BenchSlide, Blur, Fr
 from dgno.data.tissue_sources import source
 
 SIGMAS = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0)
+TRAINING_SIGMA = (0.7, 4.5)  # px: the range of a training slide's defocus (log-uniform)
+DEV_HE = ("hgsc-nest", "hgsc-stroma")
+DEV_IHC = "skimage-ihc"
 MIN_REGION_TISSUE = 0.85  # a defocused region covers at least this share of tissue
 COARSE = 8  # the tissue outline is checked on every 8th pixel
 
@@ -191,3 +198,40 @@ def benchmark_slides(split: str | None = None) -> list[BenchSlide]:
         regions = _regions(rng, size, boxes, footprint, count, first, index, "check" in tags)
         out.append(replace(base, regions=regions))
     return out
+
+
+def training_slide(k: int) -> BenchSlide:
+    """Training slide ``k`` of the learned focus measure: fragments of the dev sources only (H&E, and one
+    slide in eight of IHC), each hard tissue (pale, fat, pen) with odds 0.4, up to three defocused regions
+    on tissue with σ drawn log-uniform over ``TRAINING_SIGMA`` and any PSF kind. Seeds apart from the
+    benchmark's, so no benchmark slide is a training slide."""
+    rng = np.random.default_rng([k, 9901])
+    if rng.random() < 0.125:
+        names: tuple[str, ...] = (DEV_IHC,) * 4
+    else:
+        names = tuple(DEV_HE[int(rng.integers(0, 2))] for _ in range(int(rng.integers(2, 5))))
+    reduce = int(rng.integers(1, 3))
+    tags = tuple(t for t in ("pale", "fat", "pen") if rng.random() < 0.4)
+    frags, size, boxes = _fragments(rng, names, reduce)
+    pale = (_area(rng, size, _centre(rng, boxes), "blob", (900, 1500)),) if "pale" in tags else ()
+    fat = (_area(rng, size, _centre(rng, boxes), "blob", (700, 1200)),) if "fat" in tags else ()
+    mpp = min(source(f.source).mpp * f.reduce for f in frags)
+    pens = int(rng.integers(1, 4)) if "pen" in tags else 0
+    base = BenchSlide(f"train-{k}", "dev", 90000 + k, size, frags, (), pale, fat, pens=pens, mpp=mpp, tags=tags)
+    footprint = tissue_footprint(base)[::COARSE, ::COARSE]
+    areas: list[Area] = []
+    for hard in (*pale, *fat)[:2]:
+        a = _on_tissue_area(footprint, (_across(rng, size, hard),), areas)
+        areas += [a] if a is not None else []
+
+    def draw() -> Area:
+        return _area(rng, size, _centre(rng, boxes), SHAPES[int(rng.integers(0, 4))], (300, 1100))
+
+    while len(areas) < 3:
+        a = _on_tissue_area(footprint, (draw,), areas)
+        if a is None:
+            break
+        areas.append(a)
+    lo, hi = np.log(TRAINING_SIGMA)
+    blurs = [Blur(BLUR_KINDS[int(rng.integers(0, len(BLUR_KINDS)))], float(np.exp(rng.uniform(lo, hi)))) for _ in areas]
+    return replace(base, regions=tuple(Region(a, b) for a, b in zip(areas, blurs)))

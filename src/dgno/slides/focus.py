@@ -18,31 +18,30 @@ least ``MIN_SEPARATION`` standard deviations of the glass side from the glass si
 noise alone gives about 1.7), else the slide holds no tissue. A tile is tissue when at least
 ``min_tissue`` of its area is; only tissue tiles are ever sent to the network.
 
-**Focus.** Each tissue tile is cut into cells of about ``CELL_PX`` (16) px, 32 × 32 cells of a 512-px
-tile; each cell's ratio E½ / E0 is the share of its gradient energy that survives a Gaussian re-blur of
-½ px, and each cell scores the geometric mean of the ratios of the tissue cells in the ``WINDOW`` ×
-``WINDOW`` cells about it (80 px; :func:`block_detail`), 0 for sharp … 1 for blurred. A defocus removes
-the finest scale first, which is where in-focus tissue holds much of its gradient energy and a
-defocused one none; being a ratio of the same tissue's energies, the score does not depend on stain
-density or contrast, so pale stroma and dense nuclei score alike when both are in focus. The window
-holds enough tissue for a steady score; the cells, finer than it, and the mean of their logs place a
-defocused region's edge to about a cell, so a tile's blurred share is its blurred *area*. It is measured
-at the resolution being restored (``focus_downsample`` 1): a reduction removes exactly the scale it measures.
+**Focus, brightfield (RGB).** Each tissue tile is scored per 16-px cell (32 × 32 cells of a 512-px
+tile) by the learned focus measure (``dgno.slides.focus_net``, trained on the project's own defocus of
+the dev sources' real tissue): the probability that the cell is defocused, 0 sharp … 1 blurred.
 
-**Decision.** The slide's in-focus reference is the 25th percentile of all its tissue cells' scores
-(the sharpest quarter); a cell is blurred when its score reaches ``reference ** (1 − margin)``
-(:func:`relative_cut`, default margin 0.30): on the log scale of the score, it holds less than 70 % of
-the fine detail of the slide's in-focus tissue. A cell the mask calls glass but that lies inside the
-tissue (within the closing of the scored cells by ``FILL_CELLS`` cells: an adipocyte's interior, gaps of
-loose stroma) takes the state of its nearest scored cell; open glass counts as in focus (nothing there
-to restore). A tile is blurry when at least ``BLURRED_SHARE`` (50 %) of its area, counted in cells, is.
-Relative to the slide, because scanners' optics and JPEG quality set how much fine detail sharp tissue
-keeps; the reference holds as long as a quarter of the tissue is in focus. The re-blur, the mean of
-logs, the fill, the margin and the share were chosen on the dev slides of the real-tissue benchmark
-(benchmarks/cpu/slide_focus_real.py, docs/slides.md), whose truth counts a tile as blurred when half its
-area lies in a defocused region, and checked on its held-out slides and on generated ones
-(benchmarks/cpu/slide_focus_threshold.py). For a slide out of focus nearly everywhere, ``threshold``
-sets an absolute cell score instead (or restore all).
+**Focus, one channel (fluorescence).** Cells of about ``CELL_PX`` (16) px; each cell's ratio E½ / E0 is
+the share of its gradient energy that survives a Gaussian re-blur of ½ px, and each cell scores the
+geometric mean of the ratios of the tissue cells in the ``WINDOW`` × ``WINDOW`` cells about it (80 px;
+:func:`block_detail`), 0 sharp … 1 blurred: a defocus removes the finest scale first, and a ratio of
+the tissue's own energies does not depend on stain density or contrast. Measured at the resolution
+being restored (``focus_downsample`` 1): a reduction removes exactly the scale it measures.
+
+**Decision.** The slide's in-focus reference is the 25th percentile of all its tissue cells' scores.
+Learned measure: a cell is blurred when its logit reaches the reference's plus ``LEARNED_MARGIN``, and
+at least ``LEARNED_FLOOR`` (:func:`learned_cut`); a tile is blurry when ``LEARNED_BLURRED_SHARE`` of its
+area is. One channel: a cell is blurred when its score reaches ``reference ** (1 − margin)``
+(:func:`relative_cut`, default margin 0.30); a tile is blurry when ``BLURRED_SHARE`` (half) of its
+area is. Both: a cell the mask calls glass but that lies inside the tissue (within the closing of the
+scored cells by ``FILL_CELLS`` cells: an adipocyte's interior, gaps of loose stroma) takes the state of
+its nearest scored cell; open glass counts as in focus (nothing there to restore). Relative to the
+slide, because a scanner's optics and JPEG set how sharp its in-focus tissue looks; the reference holds
+as long as a quarter of the tissue is in focus. The rules were chosen on the dev slides of the
+real-tissue benchmark (benchmarks/cpu/slide_focus_real.py, docs/slides.md) and checked on its held-out
+slides and on generated ones (benchmarks/cpu/slide_focus_threshold.py). For a slide out of focus nearly
+everywhere, ``threshold`` sets an absolute cell score instead (or restore all).
 """
 
 from __future__ import annotations
@@ -55,13 +54,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 from scipy import ndimage
-from skimage.color import rgb2gray
 from skimage.filters import threshold_otsu
 
 from dgno.choices import check_choice
+from dgno.slides.focus_net import cell_logits
 from dgno.slides.grid import TileGrid
 from dgno.slides.reader import Slide
 
+LUMINANCE = np.array([0.2125, 0.7154, 0.0721], np.float32)  # ITU-R BT.709, as scikit-image's rgb2gray
 THUMB_PX_PER_TILE = 16
 THUMB_MAX_SIDE = 4096
 OD_THRESHOLD_RANGE = (0.02, 0.05)
@@ -79,8 +79,18 @@ MIN_BLOCK_TISSUE = 0.1  # a window with less tissue is not scored
 FILL_CELLS = 6  # an unscored cell within this closing (cells) of the scored ones takes its nearest scored cell's state
 BLURRED_SHARE = 0.50  # a tile is blurry when at least this share of its area (its cells) is
 RESTORE_MODES = ("blurry", "all")
-DECISION = ("fine-detail loss E0.5/E0, geometric mean over 80-px windows of 16-px cells; cell blurred above the 25th-percentile reference ** (1 - margin 0.30); "
-            "unscored cells inside the tissue (closing by 6 cells) take their nearest scored cell's state; tile blurry when >= 50 % of its area (cells) is")
+MEASURES = ("learned", "detail")  # brightfield: the focus network; one channel: E½ / E0 over windows
+MEASURE_DESCRIPTIONS = {
+    "learned": "learned focus measure (dgno.slides.focus_net): each 16-px cell's probability of being defocused, 0 sharp ... 1 blurred",
+    "detail": "fine-detail loss E0.5/E0 (gradient energy surviving a 0.5-px Gaussian re-blur), geometric mean over a window of cells about each cell: 0 sharp ... 1 blurred",
+}
+LEARNED_MARGIN = 4.0  # logits above the slide's in-focus reference ...
+LEARNED_FLOOR = -1.0  # ... and at least this logit: a cell is blurred (learned measure) ...
+LEARNED_BLURRED_SHARE = 0.45  # ... and a tile is blurry when at least this share of its area is
+DECISION = (f"brightfield: learned focus measure (dgno.slides.focus_net) per 16-px cell, cell blurred when its logit >= max({LEARNED_FLOOR:g}, the 25th-percentile "
+            f"tissue cell's logit + {LEARNED_MARGIN:g}), tile blurry when >= {LEARNED_BLURRED_SHARE:.0%} of its area (cells) is; one channel: fine-detail loss "
+            f"E0.5/E0, geometric mean over 80-px windows of 16-px cells, cell blurred above the 25th-percentile reference ** (1 - margin {FOCUS_MARGIN:g}), tile "
+            f"blurry when >= {BLURRED_SHARE:.0%} of its area is; both: unscored cells inside the tissue (closing by {FILL_CELLS} cells) take their nearest scored cell's state")
 LABELS = ("background", "in focus", "blurry")
 
 
@@ -252,16 +262,45 @@ def cells_per_side(tile: int) -> int:
     return max(1, round(tile / CELL_PX))
 
 
-def focus_score(pixels: np.ndarray, rule: TissueRule | None, *, rgb: bool, cells: int | None = None) -> np.ndarray:
-    """(n, n) cell focus scores of one tile (:func:`block_detail`, 0 sharp … 1 blurred; n = :func:`cells_per_side`) over its
-    tissue and a 4-px rim around it: luminance of RGB, else the tile's one channel (the rule's channel,
-    read alone). The whole tile when less than 1 % of it is tissue."""
-    gray = rgb2gray(pixels[..., :3]) * 255.0 if rgb else pixels[..., 0]
+def learned_detail(gray: np.ndarray, mask: np.ndarray | None, *, blocks: int) -> np.ndarray:
+    """(blocks, blocks) learned focus scores of a tile's cells: the focus network's probability that a
+    cell is defocused (``dgno.slides.focus_net``), NaN for a cell with under ``MIN_CELL_TISSUE`` of its
+    pixels in ``mask``. The network scores 16-px cells; a tile cut into another number of cells takes,
+    for each, the network cell at its centre."""
+    logits = cell_logits(gray)
+    rows = np.minimum(((np.arange(blocks) + 0.5) * gray.shape[0] / blocks / 16).astype(int), logits.shape[0] - 1)
+    cols = np.minimum(((np.arange(blocks) + 0.5) * gray.shape[1] / blocks / 16).astype(int), logits.shape[1] - 1)
+    score = 1.0 / (1.0 + np.exp(-logits[np.ix_(rows, cols)].astype(np.float64)))
+    if mask is not None:
+        score[_cell_sums(mask, blocks) < MIN_CELL_TISSUE * _cell_sums(np.ones(mask.shape, bool), blocks)] = np.nan
+    return score.astype(np.float32)
+
+
+def measure_for(photometric: str, downsample: int = 1) -> str:
+    """Which focus measure a slide gets: the learned one for brightfield (RGB, RGBA) measured at the
+    resolution restored, E½ / E0 windows otherwise. The network learned defocus at a scan's own scale: on
+    a tile reduced 2× it misses σ ≤ 1.5 px and reduced 4× it finds none (generated slides,
+    benchmarks/cpu/slide_focus_threshold.py), where E½ / E0 still does."""
+    return MEASURES[0] if photometric in ("rgb", "rgba") and downsample == 1 else MEASURES[1]
+
+
+def focus_score(pixels: np.ndarray, rule: TissueRule | None, *, rgb: bool, learned: bool | None = None, cells: int | None = None) -> np.ndarray:
+    """(n, n) cell focus scores of one tile (0 sharp … 1 blurred; n = :func:`cells_per_side`) over its
+    tissue and a 4-px rim around it: with ``learned`` (default: ``rgb``) the learned measure on the
+    luminance of RGB (:func:`learned_detail`), else :func:`block_detail` on the luminance or the tile's one
+    channel (the rule's channel, read alone). The whole tile when less than 1 % of it is tissue."""
+    learned = rgb if learned is None else learned
+    if rgb:  # luminance on 0-255 (the network's scale) whatever the slide's dtype; pixels may come averaged, as float
+        top = rule.top if rule is not None else 255.0
+        gray = pixels[..., :3].astype(np.float32) @ LUMINANCE * np.float32(255.0 / top)
+    else:
+        gray = pixels[..., 0]
     mask = None
     if rule is not None:
         mask = ndimage.binary_dilation(rule.pixels(pixels) if rgb else replace(rule, channel=0).pixels(pixels), iterations=4)
         mask = mask if mask.mean() >= 0.01 else None
-    return block_detail(gray, mask, blocks=cells or cells_per_side(max(gray.shape)), window=WINDOW)
+    blocks = cells or cells_per_side(max(gray.shape))
+    return learned_detail(gray, mask, blocks=blocks) if learned else block_detail(gray, mask, blocks=blocks, window=WINDOW)
 
 
 def _focus_pixels(slide: Slide, level: int, box: tuple[int, int, int, int], downsample: int, channels: tuple[int, ...]) -> np.ndarray:
@@ -295,12 +334,13 @@ def focus_scores(
         raise ValueError(f"focus downsample={downsample!r}; allowed: an integer >= 1")
     rgb = slide.info.photometric in ("rgb", "rgba")
     channels = (0, 1, 2) if rgb else (channel,)
+    learned = measure_for(slide.info.photometric, downsample) == MEASURES[0]
     todo = [(r, c) for r in range(grid.shape[0]) for c in range(grid.shape[1]) if tissue[r, c]]
 
     n = cells_per_side(-(-grid.tile // downsample))
 
     def score(rc: tuple[int, int]) -> np.ndarray:
-        return focus_score(_focus_pixels(slide, level, grid.box(*rc), downsample, channels), rule, rgb=rgb, cells=n)
+        return focus_score(_focus_pixels(slide, level, grid.box(*rc), downsample, channels), rule, rgb=rgb, learned=learned, cells=n)
 
     out = np.full((*grid.shape, n, n), np.nan, np.float16)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -313,13 +353,14 @@ def focus_scores(
 @dataclass(frozen=True)
 class Analysis:
     """What the decision needs of one slide: per tile its tissue share and focus score, and the thumbnail,
-    tissue mask and tissue rule they were measured with."""
+    tissue mask, tissue rule and focus measure they were measured with."""
 
     tissue: np.ndarray
     scores: np.ndarray
     thumb: Thumbnail
     mask: np.ndarray
     rule: TissueRule
+    measure: str
 
 
 def find_tissue(slide: Slide, level: int, grid: TileGrid, *, channel: int) -> tuple[Thumbnail, TissueRule, np.ndarray, np.ndarray]:
@@ -338,7 +379,7 @@ def analyse(slide: Slide, level: int, grid: TileGrid, *, channel: int, downsampl
     thumb, rule, mask, tissue = find_tissue(slide, level, grid, channel=channel)
     bar = progress(int((tissue > 0).sum())) if progress else None
     scores = focus_scores(slide, level, grid, tissue > 0, channel=channel, rule=rule, downsample=downsample, workers=workers, progress=bar)
-    return Analysis(tissue, scores, thumb, mask, rule)
+    return Analysis(tissue, scores, thumb, mask, rule, measure_for(slide.info.photometric, downsample))
 
 
 @dataclass(frozen=True)
@@ -357,6 +398,8 @@ class Decisions:
     threshold: float | None
     reference: float | None
     rule: str
+    measure: str = "detail"
+    tile_share: float = BLURRED_SHARE
 
 
 def tile_scores(blocks: np.ndarray) -> np.ndarray:
@@ -401,26 +444,53 @@ def blurred_shares(blocks: np.ndarray, cut: float | None) -> np.ndarray:
     return out
 
 
-def decide(tissue: np.ndarray, blocks: np.ndarray, *, restore: str, min_tissue: float, threshold: float | None, margin: float) -> Decisions:
-    """Label every tile and choose the restored ones (module docstring). ``blocks``: (rows, cols, n, n) cell scores."""
+def decide(tissue: np.ndarray, blocks: np.ndarray, *, restore: str, min_tissue: float, threshold: float | None, margin: float,
+           measure: str = MEASURES[1]) -> Decisions:  # fmt: skip
+    """Label every tile and choose the restored ones (module docstring). ``blocks``: (rows, cols, n, n) cell
+    scores of ``measure`` ("learned" or "detail"; ``margin`` is the detail measure's)."""
     check_choice("restore", restore, RESTORE_MODES)
+    check_choice("focus measure", measure, MEASURES)
     is_tissue = tissue >= min_tissue
     valid = blocks[is_tissue].astype(np.float32)
     valid = valid[np.isfinite(valid)]
     reference = float(np.percentile(valid, REFERENCE_PERCENTILE)) if valid.size else None
     if threshold is not None:
         cut, rule = float(threshold), f"cell focus score >= {threshold:g} (absolute)"
+    elif reference is not None and measure == MEASURES[0]:
+        cut = learned_cut(reference)
+        rule = (f"cell defocus probability >= {cut:.3g}: logit {logit(cut):.2f}, the in-focus reference's {logit(reference):.2f} "
+                f"(25th percentile of tissue cells) + {LEARNED_MARGIN:g}, at least {LEARNED_FLOOR:g}")  # fmt: skip
     elif reference is not None:
         cut = relative_cut(reference, margin)
         rule = f"cell focus score >= {cut:.3f}: the in-focus reference {reference:.3f} (25th percentile of tissue cells) raised by margin {margin:g}"
     else:
         cut, rule = None, "no tissue"
     shares = blurred_shares(blocks, cut)
-    blurry = is_tissue & (np.nan_to_num(shares, nan=0.0) >= BLURRED_SHARE)
+    tile_share = LEARNED_BLURRED_SHARE if measure == MEASURES[0] else BLURRED_SHARE
+    blurry = is_tissue & (np.nan_to_num(shares, nan=0.0) >= tile_share)
     labels = np.where(~is_tissue, LABELS[0], np.where(blurry, LABELS[2], LABELS[1]))
     restored = is_tissue if restore == "all" else blurry
-    rule = f"{rule}; a tile is blurry when at least {BLURRED_SHARE:.0%} of its area is" if restore == "blurry" else "all tissue tiles"
-    return Decisions(tissue, tile_scores(blocks), blocks, shares, labels, restored, cut, reference, rule)
+    rule = f"{rule}; a tile is blurry when at least {tile_share:.0%} of its area is" if restore == "blurry" else "all tissue tiles"
+    return Decisions(tissue, tile_scores(blocks), blocks, shares, labels, restored, cut, reference, rule, measure, tile_share)
+
+
+def logit(p: float | np.ndarray) -> float | np.ndarray:
+    """log(p / (1 − p)) of a learned score, kept finite (p clipped to [1e-7, 1 − 1e-7])."""
+    p = np.clip(p, 1e-7, 1 - 1e-7)
+    return np.log(p / (1.0 - p))
+
+
+def learned_cut(reference: float) -> float:
+    """The learned measure's cell score from which a cell is blurred: the probability whose logit is the
+    reference's plus ``LEARNED_MARGIN``, and at least ``LEARNED_FLOOR``.
+
+    Relative, because a slide's in-focus tissue sets how sure the network can be: a 20× scan through a
+    soft optic scores its sharp tissue nearer defocus than a crisp 40× one does, and mild defocus
+    (σ ≈ 1 px) lands only a few logits above each. The floor keeps a slide in focus, whose reference is
+    far below any defocus, from calling its softest tissue blurred.
+    """
+    z = max(LEARNED_FLOOR, logit(reference) + LEARNED_MARGIN)
+    return float(1.0 / (1.0 + math.exp(-z)))
 
 
 def relative_cut(reference: float, margin: float) -> float:

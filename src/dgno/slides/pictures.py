@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from dgno.io import atomic_path  # noqa: E402
-from dgno.slides.focus import BLURRED_SHARE, LABELS, Decisions, Thumbnail  # noqa: E402
+from dgno.slides.focus import LABELS, MEASURES, Decisions, Thumbnail, logit  # noqa: E402
 from dgno.slides.grid import TileGrid  # noqa: E402
 
 
@@ -135,16 +135,18 @@ def focus_report(path: Path, decisions: Decisions, *, title: str) -> None:
     im = left.imshow(shares, cmap="magma", vmin=0.0, vmax=1.0, interpolation="nearest")
     for r, c in zip(*np.nonzero(d.restored)):
         left.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="cyan", linewidth=1.2))
-    fig.colorbar(im, ax=left, fraction=0.04, label=f"share of the tile's area blurred (blurry from {BLURRED_SHARE:.2f}, framed: restored)")
+    fig.colorbar(im, ax=left, fraction=0.04, label=f"share of the tile's area blurred (blurry from {d.tile_share:.2f}, framed: restored)")
     left.set_xlabel("tile column")
     left.set_ylabel("tile row")
     values = d.blocks[d.labels != LABELS[0]].astype(np.float32)
     values = values[np.isfinite(values)]
-    right.hist(values, bins=60, range=(0.0, 1.0), color="0.45")
+    learned = d.measure == MEASURES[0]  # its probabilities pile up at 0 and 1: shown as logits
+    scale = (lambda v: float(logit(v))) if learned else float
+    right.hist(logit(values) if learned else values, bins=60, range=(-12.0, 12.0) if learned else (0.0, 1.0), color="0.45")
     for value, colour, name in ((d.reference, "green", "in-focus reference"), (d.threshold, "red", "cell threshold")):
         if value is not None:
-            right.axvline(value, color=colour, label=f"{name} {value:.3f}")
-    right.set_xlabel("cell focus score (0 sharp … 1 blurred)")
+            right.axvline(scale(value), color=colour, label=f"{name} {scale(value):.2f}" if learned else f"{name} {value:.3f}")
+    right.set_xlabel("cell defocus logit of the learned measure (< 0 sharp … > 0 blurred)" if learned else "cell focus score (0 sharp … 1 blurred)")
     right.set_ylabel("tissue cells")
     right.legend(fontsize=8)
     fig.suptitle(title, fontsize=8)

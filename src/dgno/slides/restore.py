@@ -44,7 +44,7 @@ from dgno.slides.reader import Slide, SlideInfo, TiffSlide, open_slide
 from dgno.slides.run import RunPlan, run_restoration
 from dgno.slides.work import WorkFolder
 
-ANALYSIS_VERSION = 4
+ANALYSIS_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -227,7 +227,8 @@ def _decide(slide: Slide, files: OutputFiles, network: SlideNetwork, work: WorkF
     channels = network_channels(network, info, opts["channel"])
     grid = TileGrid.over(*info.levels[lv], tile=network.tile, overlap=network.overlap)
     tissue, scores, thumb, mask = _analysis(slide, lv, grid, work, channel=channels[0], focus_downsample=opts["focus_downsample"], workers=opts["workers"], progress=opts["progress"])
-    d = fm.decide(tissue, scores, restore=opts["restore"], min_tissue=opts["min_tissue"], threshold=opts["threshold"], margin=opts["margin"])
+    d = fm.decide(tissue, scores, restore=opts["restore"], min_tissue=opts["min_tissue"], threshold=opts["threshold"], margin=opts["margin"],
+                  measure=fm.measure_for(info.photometric, opts["focus_downsample"]))  # fmt: skip
     scaling = slide_scaling(network, info, thumb.image[..., list(channels)])
     write_csv(files.tiles, fm.decisions_frame(grid, d))
     picture = display(thumb.image, photometric=info.photometric, channel=channels[0], dtype=info.dtype)
@@ -254,8 +255,8 @@ def _summary_base(info: SlideInfo, files: OutputFiles, network: SlideNetwork, dc
         "overlap": network.overlap, "blend": network.blend, "batch": network.batch,
         "normalisation": {"kind": dc.scaling.kind, "lo": dc.scaling.lo, "hi": dc.scaling.hi, "fallback": dc.scaling.fallback},
         "restore": opts["restore"], "min_tissue": opts["min_tissue"],
-        "focus": {"measure": "fine-detail loss E0.5/E0 (gradient energy surviving a 0.5-px Gaussian re-blur), geometric mean over a window of cells about each cell: 0 sharp ... 1 blurred",
-                  "cells_per_tile_side": int(d.blocks.shape[-1]), "window_cells": fm.WINDOW, "blurred_share": fm.BLURRED_SHARE,
+        "focus": {"measure": d.measure, "measure_is": fm.MEASURE_DESCRIPTIONS[d.measure],
+                  "cells_per_tile_side": int(d.blocks.shape[-1]), "window_cells": fm.WINDOW if d.measure == "detail" else None, "blurred_share": d.tile_share,
                   "downsample": opts["focus_downsample"], "reference": d.reference, "margin": opts["margin"], "threshold": d.threshold, "rule": d.rule},
         "tiles": {"total": int(d.labels.size), "tissue": tissue, "blurry": int((d.labels == fm.LABELS[2]).sum()), "restored": int(d.restored.sum())},
         "tissue_restored_fraction": int(d.restored.sum()) / tissue if tissue else 0.0,
