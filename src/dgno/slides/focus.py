@@ -4,19 +4,14 @@
 side (at most 4096 px on the long side), read from the coarsest pyramid level fine enough and averaged
 down in blocks; a slide without a pyramid is read in blocks, so its level 0 is never held.
 
-**Tissue.** Brightfield (RGB): the mean optical density −log10(I / 255) over R, G, B, thresholded by
-Otsu's method on log OD, the threshold kept in [0.02, 0.05] OD: at least the noise of white glass
-(≈ 245 of 255), at most the palest stained tissue (≈ 227 of 255). The lower bound rises to 0.01 OD
-above the slide's own glass (its brightest percent of thumbnail pixels, when brighter than pale
-tissue), so a scanner whose glass reads 235-244 does not make empty glass tissue. The upper bound
-matters: nuclei, stroma and glass make three populations, and Otsu alone splits dark nuclei from pale
-stroma on a slide that is mostly tissue. Transparent pixels (RGBA) are glass.
-Fluorescence and other single-channel data: Otsu's threshold on log intensity of the restored channel,
-on the side away from the glass (the side the slide's border lies on is taken as glass). Otsu splits
-any data in two, pure camera noise too, so the two sides must stand apart: the tissue side's median at
-least ``MIN_SEPARATION`` standard deviations of the glass side from the glass side's median (camera
-noise alone gives about 1.7), else the slide holds no tissue. A tile is tissue when at least
-``min_tissue`` of its area is; only tissue tiles are ever sent to the network.
+**Tissue.** Brightfield (RGB): the mean optical density over R, G, B, thresholded by Otsu's method on
+log OD, kept in [0.02, 0.05] OD (white glass's noise … the palest stain: nuclei, stroma and glass make
+three populations), the lower bound at least 0.01 OD above the slide's own glass (its brightest percent
+of thumbnail pixels); transparent pixels (RGBA) are glass. One channel: Otsu's threshold on log
+intensity, on the side away from the glass (the slide's border), the two sides at least
+``MIN_SEPARATION`` glass standard deviations apart (camera noise alone gives about 1.7), else the slide
+holds no tissue. A tile is tissue when at least ``min_tissue`` of its area is; only tissue tiles are
+ever sent to the network.
 
 **Focus, brightfield (RGB).** Each tissue tile is scored per 16-px cell (32 × 32 cells of a 512-px
 tile) by the learned focus measure (``dgno.slides.focus_net``, trained on the project's own defocus of
@@ -36,12 +31,10 @@ area is. One channel: a cell is blurred when its score reaches ``reference ** (1
 (:func:`relative_cut`, default margin 0.30); a tile is blurry when ``BLURRED_SHARE`` (half) of its
 area is. Both: a cell the mask calls glass but that lies inside the tissue (within the closing of the
 scored cells by ``FILL_CELLS`` cells: an adipocyte's interior, gaps of loose stroma) takes the state of
-its nearest scored cell; open glass counts as in focus (nothing there to restore). Relative to the
-slide, because a scanner's optics and JPEG set how sharp its in-focus tissue looks; the reference holds
-as long as a quarter of the tissue is in focus. The rules were chosen on the dev slides of the
-real-tissue benchmark (benchmarks/cpu/slide_focus_real.py, docs/slides.md) and checked on its held-out
-slides and on generated ones (benchmarks/cpu/slide_focus_threshold.py). For a slide out of focus nearly
-everywhere, ``threshold`` sets an absolute cell score instead (or restore all).
+its nearest scored cell; open glass counts as in focus. Relative to the slide, because a scanner's
+optics and JPEG set how sharp its in-focus tissue looks (chosen on the dev slides of
+benchmarks/cpu/slide_focus_real.py, docs/slides.md). For a slide out of focus nearly everywhere,
+``threshold`` sets an absolute cell score instead (or restore all).
 """
 
 from __future__ import annotations
@@ -80,10 +73,8 @@ FILL_CELLS = 6  # an unscored cell within this closing (cells) of the scored one
 BLURRED_SHARE = 0.50  # a tile is blurry when at least this share of its area (its cells) is
 RESTORE_MODES = ("blurry", "all")
 MEASURES = ("learned", "detail")  # brightfield: the focus network; one channel: E½ / E0 over windows
-MEASURE_DESCRIPTIONS = {
-    "learned": "learned focus measure (dgno.slides.focus_net): each 16-px cell's probability of being defocused, 0 sharp ... 1 blurred",
-    "detail": "fine-detail loss E0.5/E0 (gradient energy surviving a 0.5-px Gaussian re-blur), geometric mean over a window of cells about each cell: 0 sharp ... 1 blurred",
-}
+MEASURE_DESCRIPTIONS = {"learned": "learned focus measure (dgno.slides.focus_net): each 16-px cell's probability of being defocused, 0 sharp ... 1 blurred",
+                        "detail": "fine-detail loss E0.5/E0 (gradient energy surviving a 0.5-px Gaussian re-blur), geometric mean over a window of cells about each cell: 0 sharp ... 1 blurred"}  # fmt: skip
 LEARNED_MARGIN = 4.0  # logits above the slide's in-focus reference ...
 LEARNED_FLOOR = -1.0  # ... and at least this logit: a cell is blurred (learned measure) ...
 LEARNED_BLURRED_SHARE = 0.45  # ... and a tile is blurry when at least this share of its area is
@@ -226,18 +217,13 @@ def block_detail(gray: np.ndarray, mask: np.ndarray | None, *, blocks: int, wind
     """(blocks, blocks) focus scores on a grid of cells of a tile: the geometric mean of the cells' E½ / E0
     over the ``mask`` pixels of a window of ``window`` × ``window`` cells about each cell.
 
-    E0 is a cell's gradient energy Σ|∇I|², E½ the same after a Gaussian re-blur of ``DETAIL_SIGMA``
-    (½ px): the share of the detail coarser than a pixel. Sharp tissue keeps much of its gradient energy
-    in the finest scale, which the re-blur removes (→ small); tissue already defocused has none there
-    (→ near 1). A ratio, so stain density and contrast cancel. The window (``WINDOW`` = 5 cells of 16 px
-    in use: 80 px) holds enough tissue for a steady score. Its cells' log ratios are averaged (weighted by
-    their tissue pixels), not their energies summed: summed energies let the sharp part of a window that
-    straddles a defocused region's edge outweigh the blurred part, which moves the edge a cell or two
-    into the region; averaged, each cell counts by its tissue and the edge stays where it is (measured on
-    the dev slides of the real-tissue benchmark). A cell with under ``MIN_CELL_TISSUE`` of its pixels in
-    ``mask`` takes no part; a window with less than ``MIN_BLOCK_TISSUE`` of its pixels in ``mask``
-    scores NaN; ``window`` 1 scores each cell alone.
-    """
+    E0 is a cell's gradient energy Σ|∇I|², E½ the same after a Gaussian re-blur of ``DETAIL_SIGMA``: sharp
+    tissue keeps much of its energy in the finest scale, which the re-blur removes (→ small), defocused
+    tissue none (→ near 1); a ratio, so stain density and contrast cancel. The cells' log ratios are
+    averaged (weighted by tissue), not their energies summed, so the sharp part of a window straddling a
+    region's edge does not outweigh the blurred part and move the edge. A cell with under
+    ``MIN_CELL_TISSUE`` of its pixels in ``mask`` takes no part; a window with less than
+    ``MIN_BLOCK_TISSUE`` scores NaN; ``window`` 1 scores each cell alone."""
     img = np.asarray(gray, np.float32)
     e0 = sum(g * g for g in np.gradient(img))
     e1 = sum(g * g for g in np.gradient(ndimage.gaussian_filter(img, DETAIL_SIGMA)))
@@ -427,10 +413,8 @@ def _filled_states(blurred: np.ndarray, scored: np.ndarray) -> np.ndarray:
 def blurred_shares(blocks: np.ndarray, cut: float | None) -> np.ndarray:
     """(rows, cols): the share of each tile's area (its cells) found blurred (NaN: none scored): a scored
     cell when its score is at least ``cut``; an unscored one (glass to the tissue mask) by
-    :func:`_filled_states`. Why fill: the area a defocus covers includes what the mask calls glass inside
-    the tissue (an adipocyte's interior, the gaps of loose stroma), and a tile's blurred area is what the
-    decision is about; counting those cells as in focus missed defocused fat. Open glass beyond the
-    tissue's outline stays in focus: there is nothing to restore there."""
+    :func:`_filled_states`: a defocus covers the glass inside the tissue too (adipocytes, gaps of loose
+    stroma), and counting it in focus missed defocused fat; open glass stays in focus."""
     flat = blocks.reshape(*blocks.shape[:2], -1).astype(np.float32)
     scored = np.isfinite(flat)
     out = np.full(blocks.shape[:2], np.nan, np.float32)
@@ -482,13 +466,10 @@ def logit(p: float | np.ndarray) -> float | np.ndarray:
 
 def learned_cut(reference: float) -> float:
     """The learned measure's cell score from which a cell is blurred: the probability whose logit is the
-    reference's plus ``LEARNED_MARGIN``, and at least ``LEARNED_FLOOR``.
-
-    Relative, because a slide's in-focus tissue sets how sure the network can be: a 20× scan through a
-    soft optic scores its sharp tissue nearer defocus than a crisp 40× one does, and mild defocus
-    (σ ≈ 1 px) lands only a few logits above each. The floor keeps a slide in focus, whose reference is
-    far below any defocus, from calling its softest tissue blurred.
-    """
+    reference's plus ``LEARNED_MARGIN``, at least ``LEARNED_FLOOR``. Relative, because a slide's in-focus
+    tissue sets how sure the network is of it (its median logit ranges over −4 … −7 by slide on the
+    benchmark) and mild defocus lands a few logits above it; the floor keeps a slide in focus, whose
+    reference is far below any defocus, from calling its softest tissue blurred."""
     z = max(LEARNED_FLOOR, logit(reference) + LEARNED_MARGIN)
     return float(1.0 / (1.0 + math.exp(-z)))
 
