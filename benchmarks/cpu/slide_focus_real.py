@@ -48,10 +48,9 @@ RULES = ("area", "tissue")
 PICTURE_SCALE = 4  # slide pixels per picture pixel
 TUNING = ("Brightfield slides get the learned focus measure (dgno.slides.focus_net), trained by dgno.slides.focus_training on slides built from the dev "
           "sources only (and generated H&E-like tissue); the held-out sources were never read in training. Its rule (cell blurred when its logit >= "
-          "max(-1, the 25th-percentile tissue cell's logit + 5), tile blurry at 45 % of its area) was chosen on the 17 dev slides only: a grid of floors "
-          "(-5 ... 0), margins (1 ... 5 and none) and tile shares (0.40, 0.45, 0.50), the best worst of precision and recall under the area rule at 50 %; "
-          "the absolute cut (logit 0, share 0.45) tied with it on dev, and the relative rule was kept because a slide's in-focus tissue sets how sure "
-          "the network is of it. The held-out slides were run once with the chosen rule.")
+          f"max({fm.LEARNED_FLOOR:g}, the 25th-percentile tissue cell's logit + {fm.LEARNED_MARGIN:g}), tile blurry at {fm.LEARNED_BLURRED_SHARE:.0%} of its "
+          "area) was chosen on the 17 dev slides only: on a grid of floors (-5 ... 0), margins (1 ... 5 and none) and tile shares (0.40, 0.45, 0.50), the "
+          "one setting with the best worst of precision and recall under the area rule at 50 %. The held-out slides were run once with the chosen rule.")
 
 
 def analyse(path: Path) -> tuple[fm.Decisions, TileGrid, fm.Thumbnail, np.ndarray, float]:

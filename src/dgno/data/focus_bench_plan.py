@@ -177,6 +177,22 @@ def _across(rng: np.random.Generator, size: tuple[int, int], hard: Area) -> Call
     return draw
 
 
+def _hard_areas(rng: np.random.Generator, size: tuple[int, int], boxes: list, tags: tuple[str, ...]) -> tuple[tuple[Area, ...], tuple[Area, ...]]:
+    """(pale, fat): a blob of each that ``tags`` names, centred on the tissue."""
+    pale = (_area(rng, size, _centre(rng, boxes), "blob", (900, 1500)),) if "pale" in tags else ()
+    fat = (_area(rng, size, _centre(rng, boxes), "blob", (700, 1200)),) if "fat" in tags else ()
+    return pale, fat
+
+
+def _across_hard(rng: np.random.Generator, size: tuple[int, int], footprint: np.ndarray, hard: tuple[Area, ...]) -> list[Area]:
+    """A defocused area on tissue across each of the first two ``hard`` areas (fewer where none fits)."""
+    first: list[Area] = []
+    for area in hard[:2]:
+        a = _on_tissue_area(footprint, (_across(rng, size, area),), first)
+        first += [a] if a is not None else []
+    return first
+
+
 def benchmark_slides(split: str | None = None) -> list[BenchSlide]:
     """The benchmark's slides (module docstring), those of ``split`` only when given."""
     out = []
@@ -185,15 +201,11 @@ def benchmark_slides(split: str | None = None) -> list[BenchSlide]:
             continue
         rng = np.random.default_rng([index, 4401])
         frags, size, boxes = _fragments(rng, names, reduce)
-        pale = (_area(rng, size, _centre(rng, boxes), "blob", (900, 1500)),) if "pale" in tags else ()
-        fat = (_area(rng, size, _centre(rng, boxes), "blob", (700, 1200)),) if "fat" in tags else ()
+        pale, fat = _hard_areas(rng, size, boxes, tags)
         mpp = min(source(f.source).mpp * f.reduce for f in frags)
         base = BenchSlide(name, sp, 4400 + index, size, frags, (), pale, fat, pens=3 if "pen" in tags else 0, mpp=mpp, tags=tags)
         footprint = tissue_footprint(base)[::COARSE, ::COARSE]
-        first: list[Area] = []
-        for hard in (*pale, *fat)[:2]:  # a defocused region across each hard area
-            a = _on_tissue_area(footprint, (_across(rng, size, hard),), first)
-            first += [a] if a is not None else []
+        first = _across_hard(rng, size, footprint, (*pale, *fat))
         count = 2 if "check" in tags or max(size) <= 2400 else 3
         regions = _regions(rng, size, boxes, footprint, count, first, index, "check" in tags)
         out.append(replace(base, regions=regions))
@@ -213,16 +225,12 @@ def training_slide(k: int) -> BenchSlide:
     reduce = int(rng.integers(1, 3))
     tags = tuple(t for t in ("pale", "fat", "pen") if rng.random() < 0.4)
     frags, size, boxes = _fragments(rng, names, reduce)
-    pale = (_area(rng, size, _centre(rng, boxes), "blob", (900, 1500)),) if "pale" in tags else ()
-    fat = (_area(rng, size, _centre(rng, boxes), "blob", (700, 1200)),) if "fat" in tags else ()
+    pale, fat = _hard_areas(rng, size, boxes, tags)
     mpp = min(source(f.source).mpp * f.reduce for f in frags)
     pens = int(rng.integers(1, 4)) if "pen" in tags else 0
     base = BenchSlide(f"train-{k}", "dev", 90000 + k, size, frags, (), pale, fat, pens=pens, mpp=mpp, tags=tags)
     footprint = tissue_footprint(base)[::COARSE, ::COARSE]
-    areas: list[Area] = []
-    for hard in (*pale, *fat)[:2]:
-        a = _on_tissue_area(footprint, (_across(rng, size, hard),), areas)
-        areas += [a] if a is not None else []
+    areas = _across_hard(rng, size, footprint, (*pale, *fat))
 
     def draw() -> Area:
         return _area(rng, size, _centre(rng, boxes), SHAPES[int(rng.integers(0, 4))], (300, 1100))

@@ -116,9 +116,9 @@ def _rule(block: dict[str, Any]) -> str:
         return "every tissue tile restored (restore: all)"
     if block["threshold"] is not None:
         return f"tissue tiles with a focus score above {block['threshold']} restored (slides.threshold)"
-    return ("tissue tiles restored where the focus rule finds enough of the area defocused: on brightfield, 45 % of it by the learned focus "
-            f"measure; on fluorescence, half of it holding less than 1 − {block['focus_margin']} of the fine detail of the slide's in-focus tissue "
-            "(slides.focus_margin)")
+    return ("tissue tiles restored where the focus rule finds enough of the area defocused: on brightfield, by the learned focus measure's "
+            f"rule (dgno.slides.focus); on fluorescence, half of it holding less than 1 − {block['focus_margin']} of the fine detail of the "
+            "slide's in-focus tissue (slides.focus_margin)")
 
 
 def _generated(config: dict[str, Any], name: str) -> str:

@@ -47,10 +47,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 from scipy import ndimage
+from scipy.special import expit
 from skimage.filters import threshold_otsu
 
 from dgno.choices import check_choice
-from dgno.slides.focus_net import cell_logits
+from dgno.slides.focus_net import CELL, cell_logits
 from dgno.slides.grid import TileGrid
 from dgno.slides.reader import Slide
 
@@ -249,14 +250,12 @@ def cells_per_side(tile: int) -> int:
 
 
 def learned_detail(gray: np.ndarray, mask: np.ndarray | None, *, blocks: int) -> np.ndarray:
-    """(blocks, blocks) learned focus scores of a tile's cells: the focus network's probability that a
-    cell is defocused (``dgno.slides.focus_net``), NaN for a cell with under ``MIN_CELL_TISSUE`` of its
-    pixels in ``mask``. The network scores 16-px cells; a tile cut into another number of cells takes,
-    for each, the network cell at its centre."""
+    """(blocks, blocks): the focus network's probability that a cell is defocused (NaN: under
+    ``MIN_CELL_TISSUE`` of it in ``mask``); each cell takes the network's 16-px cell at its centre."""
     logits = cell_logits(gray)
-    rows = np.minimum(((np.arange(blocks) + 0.5) * gray.shape[0] / blocks / 16).astype(int), logits.shape[0] - 1)
-    cols = np.minimum(((np.arange(blocks) + 0.5) * gray.shape[1] / blocks / 16).astype(int), logits.shape[1] - 1)
-    score = 1.0 / (1.0 + np.exp(-logits[np.ix_(rows, cols)].astype(np.float64)))
+    rows = np.minimum(((np.arange(blocks) + 0.5) * gray.shape[0] / blocks / CELL).astype(int), logits.shape[0] - 1)
+    cols = np.minimum(((np.arange(blocks) + 0.5) * gray.shape[1] / blocks / CELL).astype(int), logits.shape[1] - 1)
+    score = expit(logits[np.ix_(rows, cols)].astype(np.float64))
     if mask is not None:
         score[_cell_sums(mask, blocks) < MIN_CELL_TISSUE * _cell_sums(np.ones(mask.shape, bool), blocks)] = np.nan
     return score.astype(np.float32)
@@ -467,11 +466,11 @@ def logit(p: float | np.ndarray) -> float | np.ndarray:
 def learned_cut(reference: float) -> float:
     """The learned measure's cell score from which a cell is blurred: the probability whose logit is the
     reference's plus ``LEARNED_MARGIN``, at least ``LEARNED_FLOOR``. Relative, because a slide's in-focus
-    tissue sets how sure the network is of it (its median logit ranges over −4 … −7 by slide on the
+    tissue sets how sure the network is of it (the reference's logit ranges over −10 … −4 by slide on the
     benchmark) and mild defocus lands a few logits above it; the floor keeps a slide in focus, whose
     reference is far below any defocus, from calling its softest tissue blurred."""
     z = max(LEARNED_FLOOR, logit(reference) + LEARNED_MARGIN)
-    return float(1.0 / (1.0 + math.exp(-z)))
+    return float(expit(z))
 
 
 def relative_cut(reference: float, margin: float) -> float:

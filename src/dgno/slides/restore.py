@@ -256,7 +256,7 @@ def _summary_base(info: SlideInfo, files: OutputFiles, network: SlideNetwork, dc
         "normalisation": {"kind": dc.scaling.kind, "lo": dc.scaling.lo, "hi": dc.scaling.hi, "fallback": dc.scaling.fallback},
         "restore": opts["restore"], "min_tissue": opts["min_tissue"],
         "focus": {"measure": d.measure, "measure_is": fm.MEASURE_DESCRIPTIONS[d.measure],
-                  "cells_per_tile_side": int(d.blocks.shape[-1]), "window_cells": fm.WINDOW if d.measure == "detail" else None, "blurred_share": d.tile_share,
+                  "cells_per_tile_side": int(d.blocks.shape[-1]), "window_cells": fm.WINDOW if d.measure == fm.MEASURES[1] else None, "blurred_share": d.tile_share,
                   "downsample": opts["focus_downsample"], "reference": d.reference, "margin": opts["margin"], "threshold": d.threshold, "rule": d.rule},
         "tiles": {"total": int(d.labels.size), "tissue": tissue, "blurry": int((d.labels == fm.LABELS[2]).sum()), "restored": int(d.restored.sum())},
         "tissue_restored_fraction": int(d.restored.sum()) / tissue if tissue else 0.0,
