@@ -126,6 +126,22 @@ def test_a_tile_is_blurry_when_half_its_area_is_glass_inside_tissue_takes_its_ne
     assert fm.cells_per_side(512) == 32 and fm.cells_per_side(256) == 16 and fm.cells_per_side(5) == 1
 
 
+def test_fat_whose_walls_a_thumbnail_averages_away_is_section_and_the_glass_around_the_tissue_is_not():
+    image = np.full((64, 64, 3), 245.0, np.float32)  # glass
+    image[12:52, 12:52] = (190.0, 120.0, 170.0)  # H&E-like tissue ...
+    image[22:29, 20:27] = 243.0  # ... with fat inside: 7 thumbnail px of walls too thin to see
+    image[22:29, 44:52] = 243.0  # fat at the tissue's edge: a bay 7 px wide, closed but for a wedge at its mouth
+    image[34:50, 20:36] = 244.0  # a lumen of 16 px stays glass in its middle
+    thumb = fm.Thumbnail(image, (32.0, 32.0))
+    rule = fm.tissue_rule(thumb, photometric="rgb", channel=0, dtype=np.dtype(np.uint8))
+    mask = fm.tissue_mask(thumb, rule, photometric="rgb")
+    assert rule.pixels(image)[22:29, 20:27].sum() == 0 and mask[22:29, 20:27].all() and mask[22:29, 44:47].all()
+    assert not mask[40:44, 26:30].any() and not mask[:10].any() and not mask[:, 54:].any()
+    rgba = np.concatenate([image, np.full((64, 64, 1), 255.0, np.float32)], axis=-1)
+    rgba[20:31, 18:29, 3] = 0.0  # transparent pixels stay glass whatever closes around them
+    assert not fm.tissue_mask(fm.Thumbnail(rgba, (32.0, 32.0)), rule, photometric="rgba")[20:31, 18:29].any()
+
+
 def test_benchmark_regions_lie_on_tissue_and_the_plan_holds_slides_laid_out_as_the_independent_check():
     from dgno.data import focus_bench_plan as plan
 

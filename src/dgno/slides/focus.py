@@ -10,8 +10,9 @@ three populations), the lower bound at least 0.01 OD above the slide's own glass
 of thumbnail pixels); transparent pixels (RGBA) are glass. One channel: Otsu's threshold on log
 intensity, on the side away from the glass (the slide's border), the two sides at least
 ``MIN_SEPARATION`` glass standard deviations apart (camera noise alone gives about 1.7), else the slide
-holds no tissue. A tile is tissue when at least ``min_tissue`` of its area is; only tissue tiles are
-ever sent to the network.
+holds no tissue. Both masks are closed by ``SECTION_CLOSING`` thumbnail pixels: fat (its thin walls
+vanish in a thumbnail) and the gaps between fluorescent cells are section. A tile is tissue when at
+least ``min_tissue`` of its area is; only tissue tiles are ever sent to the network.
 
 **Focus, brightfield (RGB).** Each tissue tile is scored per 16-px cell (32 × 32 cells of a 512-px
 tile) by the learned focus measure (``dgno.slides.focus_net``, trained on the project's own defocus of
@@ -70,7 +71,8 @@ WINDOW = 5  # ... each over the window of 5 × 5 cells about it (80 px)
 DETAIL_SIGMA = 0.5  # px: the re-blur of the focus score
 MIN_CELL_TISSUE = 0.05  # a cell with less tissue takes no part in its windows
 MIN_BLOCK_TISSUE = 0.1  # a window with less tissue is not scored
-FILL_CELLS = 6  # an unscored cell within this closing (cells) of the scored ones takes its nearest scored cell's state
+FILL_CELLS = 10  # an unscored cell within this closing (cells, 160 px) of the scored ones takes its nearest scored cell's state
+SECTION_CLOSING = {"od": 4, "intensity": 2}  # thumbnail px (a quarter, an eighth of a tile) closing the tissue mask, by its rule's kind
 BLURRED_SHARE = 0.50  # a tile is blurry when at least this share of its area (its cells) is
 RESTORE_MODES = ("blurry", "all")
 MEASURES = ("learned", "detail")  # brightfield: the focus network; one channel: E½ / E0 over windows
@@ -182,15 +184,14 @@ def tissue_rule(thumb: Thumbnail, *, photometric: str, channel: int, dtype: np.d
 
 
 def tissue_mask(thumb: Thumbnail, rule: TissueRule, *, photometric: str) -> np.ndarray:
-    """Boolean (h, w): where the thumbnail shows tissue; transparent pixels of RGBA are glass. For
-    fluorescence, the dark gaps between cells (a pixel or two of the thumbnail) are closed: they are
-    part of the section, and they make a ragged outline."""
-    mask = rule.pixels(thumb.image)
-    if photometric == "rgba":
-        mask &= thumb.image[..., 3] >= rule.top / 2
-    if rule.kind == "intensity" and mask.any():
-        mask = ndimage.binary_closing(np.pad(mask, 2, mode="edge"), iterations=2)[2:-2, 2:-2]
-    return mask
+    """Boolean (h, w): where the thumbnail shows tissue; transparent pixels of RGBA are glass. Gaps of
+    up to about twice ``SECTION_CLOSING`` pixels are closed: fat, whose walls a thumbnail averages away
+    (on the dev slides of benchmarks/cpu/slide_focus_real.py four defocused fat tiles were otherwise
+    never scored), and the dark gaps between fluorescent cells are part of the section."""
+    mask, r = rule.pixels(thumb.image), SECTION_CLOSING[rule.kind]
+    if mask.any():
+        mask = ndimage.binary_closing(np.pad(mask, r, mode="edge"), iterations=r)[r:-r, r:-r]
+    return mask & (thumb.image[..., 3] >= rule.top / 2) if photometric == "rgba" else mask
 
 
 def tissue_fractions(mask: np.ndarray, thumb: Thumbnail, grid: TileGrid) -> np.ndarray:

@@ -44,7 +44,7 @@ from dgno.slides.reader import Slide, SlideInfo, TiffSlide, open_slide
 from dgno.slides.run import RunPlan, run_restoration
 from dgno.slides.work import WorkFolder
 
-ANALYSIS_VERSION = 5
+ANALYSIS_VERSION = 6
 
 
 @dataclass(frozen=True)
