@@ -184,3 +184,19 @@ def test_the_report_shows_the_recorded_real_tissue_benchmark(tmp_path):
     assert rows[0] == ["dev", "≥ 50% of its tissue lies in a defocused region", "10", "9", "1.00", "0.90"] and rows[1][4] == "—"
     assert fig.uri is None and "commit abc" in note and "24 slides" in note
     assert real_tissue_check(tmp_path / "absent.json") is None
+
+
+def test_the_benchmarks_tile_share_sensitivity_recomputes_the_decision_from_the_found_shares():
+    from benchmarks.cpu import slide_focus_real as bench
+
+    def row(split, area, share, candidate=True):
+        return {"split": split, "area_share": area, "tissue_share": 1.0, "candidate": candidate, "found_share": share,
+                "restored": candidate and share is not None and share >= fm.LEARNED_BLURRED_SHARE}  # fmt: skip
+
+    rows = [row("dev", 0.6, 0.46), row("dev", 0.4, 0.455), row("held-out", 0.7, 0.9), row("held-out", 0.0, 0.02),
+            row("held-out", 0.0, 0.3), row("dev", 0.8, 0.9, candidate=False), row("dev", 0.0, None, candidate=False)]  # fmt: skip
+    sens = bench.tile_share_sensitivity(rows)
+    assert sens["0.45"]["all"] == bench.precision_recall(rows, 0.5)  # the shipped share gives the decision back
+    assert sens["0.46"]["dev"] == {"truth": 2, "found": 1, "hits": 1, "precision": 1.0, "recall": 0.5}
+    assert sens["0.5"]["held-out"]["found"] == 1 and sens["0.4"]["dev"]["found"] == 2
+    assert bench.in_focus_found_share(rows) == {"tiles": 2, "mean": pytest.approx(0.16), "max": 0.3}
